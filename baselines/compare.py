@@ -1,0 +1,70 @@
+"""Run several placers on one graph and cluster, and judge each placement with the simulator."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from placement_env import Cluster, ComputationGraph, lower_bound, simulate
+
+from .memory import PlacementInfeasibleError
+
+
+@dataclass
+class ComparisonRow:
+    """One placer's result. Times in seconds, memory as a fraction of device capacity."""
+
+    placer: str
+    makespan: float | None
+    lb_ratio: float | None
+    max_memory_ratio: float | None
+    oom: bool | None
+    place_seconds: float
+    error: str | None = None
+    placement: list[int] | None = None
+
+    def to_dict(self, with_placement: bool = False) -> dict:
+        d = asdict(self)
+        if not with_placement:
+            d.pop("placement")
+        return d
+
+
+def compare_placers(graph: ComputationGraph, cluster: Cluster, placers: dict, seed: int = 0) -> list[ComparisonRow]:
+    """Place ``graph`` with each of ``placers`` (name -> placer) and simulate the result.
+
+    A placer that cannot fit the graph gives a row with ``error`` set instead of numbers.
+    """
+    lb = lower_bound(graph, cluster)
+    rows = []
+    for name, placer in placers.items():
+        t0 = time.perf_counter()
+        try:
+            p = np.asarray(placer(graph, cluster, seed))
+        except PlacementInfeasibleError as exc:
+            rows.append(ComparisonRow(name, None, None, None, None, time.perf_counter() - t0, f"infeasible: {exc}"))
+            continue
+        seconds = time.perf_counter() - t0
+        r = simulate(graph, p, cluster)
+        rows.append(ComparisonRow(name, r.makespan, r.makespan / lb, float(np.max(r.peak_memory / cluster.memory)),
+                                  r.oom, seconds, None, [int(x) for x in p]))
+    return rows
+
+
+def format_table(rows: list[ComparisonRow], graph: ComputationGraph, cluster: Cluster) -> str:
+    """The comparison as an aligned text table, with a header naming graph, cluster and lower bound."""
+    lb = lower_bound(graph, cluster)
+    lines = [f"graph {graph.name}: {graph.num_nodes} ops, {graph.num_edges} edges, {graph.num_units} placement units",
+             f"cluster {cluster.name}: {cluster.num_devices} devices; lower bound {lb * 1e3:.3f} ms",
+             ""]
+    header = f"{'placer':<14} {'makespan (ms)':>13} {'/ LB':>6} {'peak mem / cap':>14} {'OOM':>4} {'place (s)':>9}"
+    lines += [header, "-" * len(header)]
+    for r in rows:
+        if r.error:
+            lines.append(f"{r.placer:<14} {r.error}")
+            continue
+        lines.append(f"{r.placer:<14} {r.makespan * 1e3:>13.3f} {r.lb_ratio:>6.3f} {r.max_memory_ratio:>14.3f} "
+                     f"{'yes' if r.oom else 'no':>4} {r.place_seconds:>9.3f}")
+    return "\n".join(lines)

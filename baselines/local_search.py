@@ -1,0 +1,91 @@
+"""Local search over placement units, judged by the simulator.
+
+From a starting placement, each round draws a batch of neighbours, half
+*moves* (one unit to another device) and half *swaps* (two units on different
+devices exchange devices), evaluates them in one :func:`simulate_batch` call
+and keeps the best if it improves on the current placement. Placements are
+compared by (memory overflow in bytes, makespan): an out-of-memory placement
+is first driven back under capacity, and no accepted step ever increases the
+overflow. It stops after ``max_rounds`` rounds, ``patience`` rounds in a row
+without improvement, or ``time_budget`` seconds, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from placement_env import Cluster, ComputationGraph, simulate_batch
+from placement_env.simulator import check_placement
+
+
+@dataclass
+class RefineResult:
+    placement: np.ndarray
+    makespan: float
+    overflow: float
+    rounds: int
+    evaluations: int
+    history: list[float]  # makespan after each round, seconds
+
+
+def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, max_rounds: int = 200,
+           batch: int = 32, patience: int = 40, time_budget: float | None = None) -> RefineResult:
+    """Improve ``placement`` (a device per node, colocation honoured) by moves and swaps of units."""
+    rng = np.random.default_rng(seed)
+    p = check_placement(graph, placement, cluster)
+    m, nu = cluster.num_devices, graph.num_units
+    current = graph.unit_placement(p)
+    cur_mk, cur_over = _score(graph, cluster, current[None, :])
+    cur_mk, cur_over = float(cur_mk[0]), float(cur_over[0])
+    history, evaluations, stale, rounds = [cur_mk], 1, 0, 0
+    deadline = None if time_budget is None else time.perf_counter() + time_budget
+    while rounds < max_rounds and stale < patience and m > 1:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        rounds += 1
+        cand = np.repeat(current[None, :], batch, axis=0)
+        n_moves = batch - batch // 2
+        units = rng.integers(0, nu, n_moves)
+        shift = rng.integers(1, m, n_moves)
+        cand[np.arange(n_moves), units] = (current[units] + shift) % m
+        for row in range(n_moves, batch):
+            a, b = rng.integers(0, nu, 2)
+            if current[a] == current[b]:
+                b = _other_device_unit(current, a, rng)
+                if b < 0:
+                    continue
+            cand[row, a], cand[row, b] = current[b], current[a]
+        mk, over = _score(graph, cluster, cand)
+        evaluations += batch
+        best = int(np.lexsort((mk, over))[0])
+        if (over[best], mk[best]) < (cur_over, cur_mk):
+            current, cur_mk, cur_over, stale = cand[best].copy(), float(mk[best]), float(over[best]), 0
+        else:
+            stale += 1
+        history.append(cur_mk)
+    return RefineResult(graph.expand_unit_placement(current), cur_mk, cur_over, rounds, evaluations, history)
+
+
+def _score(graph: ComputationGraph, cluster: Cluster, unit_placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    result = simulate_batch(graph, unit_placements[:, graph.unit_of], cluster, check=False)
+    overflow = np.maximum(0.0, result.peak_memory - cluster.memory[None, :]).sum(axis=1)
+    return result.makespan, overflow
+
+
+def _other_device_unit(units: np.ndarray, a: int, rng: np.random.Generator) -> int:
+    others = np.nonzero(units != units[a])[0]
+    return int(rng.choice(others)) if others.size else -1
+
+
+def local_search_from(start_placer):
+    """A placer: ``start_placer``'s placement refined by :func:`refine` with its default budget."""
+
+    def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
+        return refine(graph, cluster, start_placer(graph, cluster, seed), seed=seed).placement
+
+    placer.__name__ = f"local_search_from_{start_placer.__name__}"
+    placer.__doc__ = f"{start_placer.__name__} refined by moves and swaps of units (local_search.refine)."
+    return placer

@@ -1,0 +1,40 @@
+"""The placers a practitioner tries first: one device, round-robin, random."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from placement_env import Cluster, ComputationGraph
+
+from .memory import GB, MemoryBudget, PlacementInfeasibleError, units_in_topological_order
+
+
+def single_device(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
+    """Everything on the fastest device that can hold the whole graph (lowest index on ties)."""
+    budget = MemoryBudget(graph, cluster)
+    total = budget.demand.sum()
+    for d in sorted(range(cluster.num_devices), key=lambda d: (-cluster.speed[d], d)):
+        if cluster.memory[d] >= total:
+            return np.full(graph.num_nodes, d, dtype=np.int64)
+    raise PlacementInfeasibleError(f"graph {graph.name!r} needs {total / GB:.2f} GB; no single device holds it "
+                                   f"(largest: {cluster.memory.max() / GB:.2f} GB)")
+
+
+def round_robin(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
+    """Units in topological order dealt to devices 0, 1, ..., M-1, 0, ... (skipping full devices)."""
+    budget = MemoryBudget(graph, cluster)
+    m = cluster.num_devices
+    units = np.empty(graph.num_units, dtype=np.int64)
+    for i, u in enumerate(units_in_topological_order(graph)):
+        units[u] = budget.first_fit(int(u), [(i + k) % m for k in range(m)])
+    return graph.expand_unit_placement(units)
+
+
+def random_placement(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
+    """Each unit on a uniformly random device among those with room (seeded)."""
+    rng = np.random.default_rng(seed)
+    budget = MemoryBudget(graph, cluster)
+    units = np.empty(graph.num_units, dtype=np.int64)
+    for u in rng.permutation(graph.num_units):
+        units[u] = budget.first_fit(int(u), rng.permutation(cluster.num_devices))
+    return graph.expand_unit_placement(units)

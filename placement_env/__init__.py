@@ -1,0 +1,32 @@
+"""Device placement of computation graphs: graphs, clusters and the step-time simulator.
+
+The data path: a :class:`ComputationGraph` (``load_graph``) and a :class:`Cluster`
+(``Cluster.preset``) go into :func:`simulate` with a placement (a device per
+node), which returns the makespan, per-device peak memory and busy time, the
+OOM flag and the schedule. Semantics: ``shared/spec/simulator.md``.
+"""
+
+from .cluster import DEVICE_KINDS, Cluster, Device
+from .graph import ComputationGraph, Edge, Node
+from .graph_io import read_graph, write_graph
+from .placement_io import read_placement, write_placement
+from .registry import DEFAULT_GRAPH, list_graphs, load_graph
+from .simulator import (
+    BatchResult,
+    Schedule,
+    SimulationResult,
+    check_placement,
+    critical_path,
+    lower_bound,
+    simulate,
+    simulate_batch,
+)
+from .synthetic import layered_dag
+from .training_graph import to_training_graph
+
+__all__ = [
+    "DEFAULT_GRAPH", "DEVICE_KINDS", "BatchResult", "Cluster", "ComputationGraph", "Device", "Edge", "Node",
+    "Schedule", "SimulationResult", "check_placement", "critical_path", "layered_dag", "list_graphs",
+    "load_graph", "lower_bound", "read_graph", "read_placement", "simulate", "simulate_batch",
+    "to_training_graph", "write_graph", "write_placement",
+]

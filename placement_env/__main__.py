@@ -1,0 +1,65 @@
+"""``python -m placement_env``: simulate a placement, or list the shipped graphs.
+
+Examples::
+
+    python -m placement_env simulate --graph default --placement p.json --devices 3
+    python -m placement_env simulate --graph g.json.gz --placement p.json --cluster c.json --json
+    python -m placement_env graphs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .cli_common import add_graph_and_cluster_args, graph_and_cluster_from_args, run_cli
+from .placement_io import read_placement
+from .registry import list_graphs, load_graph
+from .simulator import simulate
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m placement_env", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sim = sub.add_parser("simulate", help="simulate one placement and report makespan, memory and OOM")
+    add_graph_and_cluster_args(sim)
+    sim.add_argument("--placement", required=True, metavar="FILE",
+                     help="JSON list of device indices in node order, or object node id -> device")
+    sim.add_argument("--param-factor", type=float, default=4.0,
+                     help="static bytes per parameter byte (4 = training with Adam, 1 = inference)")
+    sim.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    sub.add_parser("graphs", help="list the shipped graphs")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "graphs":
+        for name in list_graphs():
+            if "<" in name:
+                print(f"{name:<20} (any non-negative integer seed)")
+                continue
+            g = load_graph(name)
+            print(f"{name:<20} {g.num_nodes:>6} ops {g.num_edges:>7} edges {g.num_units:>6} units")
+        return 0
+    graph, cluster = graph_and_cluster_from_args(args)
+    placement = read_placement(args.placement, graph)
+    result = simulate(graph, placement, cluster, param_factor=args.param_factor)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+        return 0
+    print(f"graph {graph.name} ({graph.num_nodes} ops) on {cluster.name}")
+    print(f"makespan     {result.makespan * 1e3:.3f} ms")
+    print(f"lower bound  {result.lower_bound * 1e3:.3f} ms  (makespan / LB = {result.lb_ratio:.3f})")
+    print(f"transfers    {result.schedule.num_transfers}")
+    print(f"{'device':<8} {'peak memory (GB)':>16} {'capacity (GB)':>14} {'busy (ms)':>10}")
+    for d in range(cluster.num_devices):
+        print(f"{cluster.devices[d].name:<8} {result.peak_memory[d] / 1e9:>16.3f} {cluster.memory[d] / 1e9:>14.3f} "
+              f"{result.busy[d] * 1e3:>10.3f}")
+    print(f"OOM          {'yes' if result.oom else 'no'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,217 @@
+"""Clusters of devices and the links between them (``shared/spec/simulator.md`` section 2).
+
+Units: ``speed`` is relative to the reference device (1.0 = one Tesla P100),
+``memory_bytes`` in bytes, ``bandwidth`` in bytes/s and ``latency`` in
+seconds, row = sender, column = receiver; the diagonal is ignored.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .graph_io import read_json_file, write_json_file
+
+CLUSTER_FORMAT = "device-placement-cluster"
+CLUSTER_VERSION = 1
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """A device model and the link it sits on.
+
+    Attributes:
+        speed: FP32 peak throughput relative to the P100 reference (9.3 TFLOP/s).
+        memory_bytes: device memory in bytes.
+        bandwidth: bytes/s of one direction of a device-to-device link.
+        latency: seconds of fixed cost per transfer.
+        description: what the figures model.
+    """
+
+    speed: float
+    memory_bytes: int
+    bandwidth: float
+    latency: float
+    description: str
+
+
+# Datasheet figures (NVIDIA product pages / datasheets):
+# * Tesla P100 PCIe 16 GB: 9.3 TFLOP/s FP32, 16 GB HBM2 at 732 GB/s. PCIe 3.0 x16:
+#   8 GT/s x 16 lanes x 128/130 = 15.75 GB/s per direction theoretical; we use
+#   12 GB/s, the rate device-to-device copies typically reach (~76%), and 10 us
+#   per transfer (launch + PCIe round trip), as in the spec's example cluster.
+# * Tesla K80: one board = two GK210 GPUs, 8.73 TFLOP/s FP32 (boost) and 24 GB
+#   GDDR5 in all, i.e. per GPU 4.37 TFLOP/s and 12 GB, on PCIe 3.0 x16.
+# * Tesla V100 SXM2 32 GB: 15.7 TFLOP/s FP32; NVLink 2.0, 300 GB/s aggregate
+#   over 6 links (25 GB/s per link per direction); in a DGX-1 hybrid cube-mesh a
+#   GPU pair is joined by 1-2 links: we use 2 links = 50 GB/s per direction.
+# * A100 SXM4 80 GB: 19.5 TFLOP/s FP32; NVLink 3 with NVSwitch, 600 GB/s
+#   bidirectional = 300 GB/s per direction between any pair.
+# * H100 SXM5 80 GB: 67 TFLOP/s FP32; NVLink 4 with NVSwitch, 900 GB/s
+#   bidirectional = 450 GB/s per direction between any pair.
+# Speeds are FP32 peak ratios to the P100: a deliberately simple model (tensor
+# cores, clocks and memory-bound ops would change the ratio per op).
+_P100_TFLOPS = 9.3
+DEVICE_KINDS: dict[str, DeviceKind] = {
+    "p100": DeviceKind(1.0, 16 * GIB, 12e9, 10e-6, "Tesla P100 16 GB on PCIe 3.0 x16"),
+    "k80": DeviceKind(4.37 / _P100_TFLOPS, 12 * GIB, 12e9, 10e-6, "Tesla K80 (one GK210, 12 GB) on PCIe 3.0 x16"),
+    "v100-nvlink": DeviceKind(15.7 / _P100_TFLOPS, 32 * GIB, 50e9, 5e-6, "Tesla V100 SXM2 32 GB, NVLink 2.0 (2 links)"),
+    "a100-nvlink": DeviceKind(19.5 / _P100_TFLOPS, 80 * GIB, 300e9, 5e-6, "A100 SXM4 80 GB, NVLink 3 / NVSwitch"),
+    "h100-nvlink": DeviceKind(67.0 / _P100_TFLOPS, 80 * GIB, 450e9, 5e-6, "H100 SXM5 80 GB, NVLink 4 / NVSwitch"),
+}
+DEFAULT_KIND = "p100"
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device: a name, a speed relative to the reference device, and memory in bytes."""
+
+    name: str
+    speed: float
+    memory_bytes: int
+
+
+class Cluster:
+    """M devices and, for every ordered pair, a link bandwidth (bytes/s) and latency (s).
+
+    Args:
+        devices: the devices, in device-index order.
+        bandwidth: M x M bytes/s, row = sender; the diagonal is ignored.
+        latency: M x M seconds, row = sender; the diagonal is ignored.
+        name: a label for reports.
+
+    Raises:
+        ValueError: naming the device or link for a non-positive speed, memory
+            or bandwidth, a negative latency, a NaN, or matrices of the wrong shape.
+    """
+
+    def __init__(self, devices: Sequence[Device], bandwidth, latency, name: str = "cluster") -> None:
+        devices = list(devices)
+        if not devices:
+            raise ValueError("a cluster needs at least one device")
+        m = len(devices)
+        for i, d in enumerate(devices):
+            for field, value in (("speed", d.speed), ("memory_bytes", d.memory_bytes)):
+                if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                    raise ValueError(f"device {i} ({d.name!r}): {field} must be a number, got {value!r}")
+                if not math.isfinite(float(value)) or float(value) <= 0:
+                    raise ValueError(f"device {i} ({d.name!r}): {field} must be positive and finite, got {value!r}")
+        bw = np.array(bandwidth, dtype=np.float64)
+        lat = np.array(latency, dtype=np.float64)
+        for label, mat in (("bandwidth", bw), ("latency", lat)):
+            if mat.shape != (m, m):
+                raise ValueError(f"{label} must be {m}x{m} for {m} devices, got shape {mat.shape}")
+        off = ~np.eye(m, dtype=bool)
+        for a, b in zip(*np.nonzero(off & ~(np.isfinite(bw) & (bw > 0)))):
+            raise ValueError(f"bandwidth[{a}][{b}] ({devices[a].name} -> {devices[b].name}) must be positive "
+                             f"and finite, got {bw[a, b]!r}")
+        for a, b in zip(*np.nonzero(off & ~(np.isfinite(lat) & (lat >= 0)))):
+            raise ValueError(f"latency[{a}][{b}] ({devices[a].name} -> {devices[b].name}) must be >= 0 "
+                             f"and finite, got {lat[a, b]!r}")
+        np.fill_diagonal(bw, np.inf)  # never used: same-device inputs need no transfer
+        np.fill_diagonal(lat, 0.0)
+        self.devices: tuple[Device, ...] = tuple(devices)
+        self.bandwidth = bw
+        self.latency = lat
+        self.speed = np.array([float(d.speed) for d in devices], dtype=np.float64)
+        self.memory = np.array([float(d.memory_bytes) for d in devices], dtype=np.float64)
+        for arr in (self.bandwidth, self.latency, self.speed, self.memory):
+            arr.setflags(write=False)
+        self.name = name
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    def __len__(self) -> int:
+        return self.num_devices
+
+    def __repr__(self) -> str:
+        return f"Cluster(name={self.name!r}, devices={self.num_devices})"
+
+    # ------------------------------------------------------------ builders
+    @classmethod
+    def preset(cls, kind: str = DEFAULT_KIND, num_devices: int = 3) -> "Cluster":
+        """``num_devices`` identical devices of a named kind, fully connected (see ``DEVICE_KINDS``)."""
+        return cls.heterogeneous([kind] * _check_count(num_devices))
+
+    @classmethod
+    def heterogeneous(cls, kinds: Sequence[str]) -> "Cluster":
+        """One device per named kind; a link runs at the slower of its two ends' link figures."""
+        if not kinds:
+            raise ValueError("a cluster needs at least one device")
+        specs = []
+        for k in kinds:
+            if k not in DEVICE_KINDS:
+                raise ValueError(f"unknown device kind {k!r}; known kinds: {', '.join(DEVICE_KINDS)}")
+            specs.append(DEVICE_KINDS[k])
+        m = len(specs)
+        devices = [Device(f"gpu{i}", s.speed, s.memory_bytes) for i, s in enumerate(specs)]
+        bw = np.array([[min(specs[a].bandwidth, specs[b].bandwidth) for b in range(m)] for a in range(m)])
+        lat = np.array([[max(specs[a].latency, specs[b].latency) for b in range(m)] for a in range(m)])
+        name = f"{m}x{kinds[0]}" if len(set(kinds)) == 1 else "+".join(kinds)
+        return cls(devices, bw, lat, name=name)
+
+    # ---------------------------------------------------------------- JSON
+    def to_dict(self) -> dict:
+        m = self.num_devices
+
+        def matrix(a: np.ndarray) -> list[list[float]]:
+            return [[0.0 if i == j else float(a[i, j]) for j in range(m)] for i in range(m)]
+
+        return {
+            "format": CLUSTER_FORMAT,
+            "version": CLUSTER_VERSION,
+            "name": self.name,
+            "devices": [{"name": d.name, "speed": d.speed, "memory_bytes": d.memory_bytes} for d in self.devices],
+            "bandwidth": matrix(self.bandwidth),
+            "latency": matrix(self.latency),
+        }
+
+    @classmethod
+    def from_dict(cls, data, source: str = "cluster") -> "Cluster":
+        if not isinstance(data, dict):
+            raise ValueError(f"{source}: expected a JSON object")
+        if data.get("format", CLUSTER_FORMAT) != CLUSTER_FORMAT:
+            raise ValueError(f"{source}: format is {data.get('format')!r}, expected {CLUSTER_FORMAT!r}")
+        if data.get("version", CLUSTER_VERSION) != CLUSTER_VERSION:
+            raise ValueError(f"{source}: unsupported version {data.get('version')!r}")
+        for key in ("devices", "bandwidth", "latency"):
+            if key not in data:
+                raise ValueError(f"{source}: missing field {key!r}")
+        devices = []
+        for i, d in enumerate(data["devices"]):
+            if not isinstance(d, dict) or "speed" not in d or "memory_bytes" not in d:
+                raise ValueError(f"{source}: device {i} needs 'speed' and 'memory_bytes'")
+            devices.append(Device(str(d.get("name", f"gpu{i}")), d["speed"], d["memory_bytes"]))
+        try:
+            return cls(devices, data["bandwidth"], data["latency"], name=data.get("name", source))
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> "Cluster":
+        """Read a cluster file (format in the spec)."""
+        return cls.from_dict(read_json_file(path), source=str(path))
+
+    def to_json(self, path: str | os.PathLike) -> None:
+        write_json_file(self.to_dict(), path)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Cluster):
+            return NotImplemented
+        return (self.devices == other.devices and np.array_equal(self.bandwidth, other.bandwidth)
+                and np.array_equal(self.latency, other.latency))
+
+    __hash__ = object.__hash__
+
+
+def _check_count(n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"the number of devices must be a positive integer, got {n!r}")
+    return int(n)

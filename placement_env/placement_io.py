@@ -1,0 +1,44 @@
+"""Placement files: a JSON list of device indices in node order, or an object mapping node id to device."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .graph import ComputationGraph
+from .graph_io import read_json_file, write_json_file
+
+
+def placement_from_json(data, graph: ComputationGraph, source: str = "placement") -> np.ndarray:
+    """A device per node from a parsed placement file; errors name the file and the node."""
+    if isinstance(data, list):
+        if len(data) != graph.num_nodes:
+            raise ValueError(f"{source}: {len(data)} entries, graph {graph.name!r} has {graph.num_nodes} nodes")
+        values = list(enumerate(data))
+    elif isinstance(data, dict):
+        unknown = [k for k in data if k not in graph._index]
+        if unknown:
+            raise ValueError(f"{source}: node {unknown[0]!r} is not in graph {graph.name!r}")
+        missing = [nid for nid in graph.ids if nid not in data]
+        if missing:
+            raise ValueError(f"{source}: no device given for node {missing[0]!r} ({len(missing)} nodes missing)")
+        values = [(graph.index_of(k), v) for k, v in data.items()]
+    else:
+        raise ValueError(f"{source}: a placement is a JSON list or object, got {type(data).__name__}")
+    out = np.empty(graph.num_nodes, dtype=np.int64)
+    for i, v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{source}: device of node {graph.nodes[i].id!r} must be a non-negative integer, got {v!r}")
+        out[i] = v
+    return out
+
+
+def read_placement(path: str | os.PathLike, graph: ComputationGraph) -> np.ndarray:
+    """Read a placement file for ``graph``."""
+    return placement_from_json(read_json_file(path), graph, source=str(path))
+
+
+def write_placement(placement, path: str | os.PathLike) -> None:
+    """Write a placement as a JSON list of device indices in node order."""
+    write_json_file([int(x) for x in np.asarray(placement).tolist()], path)

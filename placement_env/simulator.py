@@ -1,0 +1,287 @@
+"""Simulated step time and peak memory of a placement (``shared/spec/simulator.md`` sections 3-4).
+
+* :func:`simulate` runs one placement and returns a :class:`SimulationResult`
+  with the makespan (seconds), per-device peak memory (bytes) and busy time
+  (seconds), the OOM flag and the full :class:`Schedule`.
+* :func:`simulate_batch` evaluates many placements of one graph in one call
+  (no schedule), for search and learning loops.
+* :func:`lower_bound` is the bound no placement can beat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, NamedTuple, Sequence
+
+import numpy as np
+
+from .cluster import Cluster
+from .graph import ComputationGraph
+from .simulator_kernel import Workspace, sim_batch, sim_core
+
+DEFAULT_PARAM_FACTOR = 4.0
+"""Static memory per parameter byte when training with Adam: weights, gradients, two moments."""
+
+
+class OpInterval(NamedTuple):
+    node: str
+    device: int
+    start: float
+    end: float
+
+
+class TransferInterval(NamedTuple):
+    node: str  # producer of the tensor
+    src_device: int
+    dst_device: int
+    bytes: float
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Start and end (seconds) of every op and transfer.
+
+    Op arrays are in node order. Transfers are in booking order; ``transfer_node``
+    holds the producer's node index.
+    """
+
+    node_ids: tuple[str, ...]
+    op_device: np.ndarray
+    op_start: np.ndarray
+    op_end: np.ndarray
+    transfer_node: np.ndarray
+    transfer_src: np.ndarray
+    transfer_dst: np.ndarray
+    transfer_bytes: np.ndarray
+    transfer_start: np.ndarray
+    transfer_end: np.ndarray
+
+    @property
+    def num_transfers(self) -> int:
+        return int(self.transfer_node.shape[0])
+
+    def ops(self) -> list[OpInterval]:
+        """Every op as ``(node, device, start, end)``, in node order."""
+        return [OpInterval(n, int(d), float(s), float(e))
+                for n, d, s, e in zip(self.node_ids, self.op_device, self.op_start, self.op_end)]
+
+    def transfers(self) -> list[TransferInterval]:
+        """Every transfer as ``(node, src_device, dst_device, bytes, start, end)``, in booking order."""
+        return [TransferInterval(self.node_ids[int(u)], int(a), int(b), float(x), float(s), float(e))
+                for u, a, b, x, s, e in zip(self.transfer_node, self.transfer_src, self.transfer_dst,
+                                            self.transfer_bytes, self.transfer_start, self.transfer_end)]
+
+    def __iter__(self) -> Iterator[OpInterval]:
+        return iter(self.ops())
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Outcome of one simulated step.
+
+    Attributes:
+        makespan: seconds from the first op's start to the last op's end.
+        peak_memory: bytes per device (static + peak dynamic).
+        busy: seconds each device spends running ops.
+        oom: whether any device's peak exceeds its memory.
+        schedule: every op and transfer with device, start and end.
+        lower_bound: :func:`lower_bound` of the graph on the cluster, seconds.
+    """
+
+    makespan: float
+    peak_memory: np.ndarray
+    busy: np.ndarray
+    oom: bool
+    schedule: Schedule
+    lower_bound: float
+
+    @property
+    def lb_ratio(self) -> float:
+        """``makespan / lower_bound`` (1.0 is optimal)."""
+        return self.makespan / self.lower_bound if self.lower_bound > 0 else float("nan")
+
+    def to_dict(self) -> dict:
+        return {
+            "makespan": self.makespan,
+            "lower_bound": self.lower_bound,
+            "peak_memory": [int(x) for x in self.peak_memory],
+            "busy": [float(x) for x in self.busy],
+            "oom": bool(self.oom),
+        }
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """Outcome of :func:`simulate_batch`: ``makespan`` (B,), ``peak_memory`` and ``busy`` (B, M), ``oom`` (B,)."""
+
+    makespan: np.ndarray
+    peak_memory: np.ndarray
+    busy: np.ndarray
+    oom: np.ndarray
+
+
+class _Prepared(NamedTuple):
+    """Graph arrays in topological positions, as the kernel wants them."""
+
+    order: np.ndarray  # node index at each topological position
+    cost: np.ndarray
+    out_bytes: np.ndarray
+    param_bytes: np.ndarray
+    sptr: np.ndarray
+    sdst: np.ndarray
+    sbytes: np.ndarray
+    pptr: np.ndarray
+    psrc: np.ndarray
+    indeg: np.ndarray
+    critical_path: float
+
+
+def _prepare(graph: ComputationGraph) -> _Prepared:
+    """Kernel arrays of ``graph``, computed once per graph object (graphs are immutable)."""
+    prep = graph.derived.get("simulator")
+    if prep is None:
+        prep = graph.derived["simulator"] = _build_prepared(graph)
+    return prep
+
+
+def _build_prepared(graph: ComputationGraph) -> _Prepared:
+    order = graph.topo_order
+    pos = graph.topo_index
+    n = graph.num_nodes
+    src, dst = pos[graph.edge_src], pos[graph.edge_dst]
+    perm = np.lexsort((dst, src))
+    sptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=sptr[1:])
+    indeg = np.bincount(dst, minlength=n).astype(np.int64)
+    pperm = np.lexsort((src, dst))
+    pptr = np.zeros(n + 1, np.int64)
+    np.cumsum(indeg, out=pptr[1:])
+    return _Prepared(order, graph.cost[order].copy(), graph.output_bytes[order].copy(),
+                     graph.param_bytes[order].copy(), sptr, dst[perm].astype(np.int64),
+                     graph.edge_bytes[perm].copy(), pptr, src[pperm].astype(np.int64), indeg, _critical_path(graph))
+
+
+def check_placement(graph: ComputationGraph, placement, cluster: Cluster, check_colocation: bool = True) -> np.ndarray:
+    """Validate a device-per-node placement and return it as an int64 array.
+
+    Raises:
+        ValueError: for a wrong length, a non-integer entry, a device outside
+            the cluster (naming the node), or a split colocation group.
+    """
+    p = np.asarray(placement)
+    n = graph.num_nodes
+    if p.ndim != 1 or p.shape[0] != n:
+        raise ValueError(f"placement has {p.shape[0] if p.ndim == 1 else p.shape} entries, "
+                         f"graph {graph.name!r} has {n} nodes")
+    if p.dtype.kind not in "iu":
+        if p.dtype.kind == "f" and np.all(np.isfinite(p)) and np.all(p == np.round(p)):
+            p = p.astype(np.int64)
+        else:
+            bad = next(i for i, x in enumerate(p.tolist()) if not (isinstance(x, (int, float)) and float(x).is_integer()))
+            raise ValueError(f"placement entry for node {graph.nodes[bad].id!r} is not a device index: {p[bad]!r}")
+    p = p.astype(np.int64, copy=False)
+    m = cluster.num_devices
+    bad = np.nonzero((p < 0) | (p >= m))[0]
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"node {graph.nodes[i].id!r} is placed on device {int(p[i])}, "
+                         f"but the cluster has devices 0..{m - 1}")
+    if check_colocation:
+        unit_dev = graph.unit_placement(p)
+        split = np.nonzero(unit_dev[graph.unit_of] != p)[0]
+        if split.size:
+            i = int(split[0])
+            group = graph.nodes[i].colocation
+            first = graph.nodes[int(graph.unit_members[graph.unit_of[i]][0])]
+            raise ValueError(f"colocation group {group!r} is split: node {first.id!r} on device "
+                             f"{int(unit_dev[graph.unit_of[i]])}, node {graph.nodes[i].id!r} on device {int(p[i])}")
+    return p
+
+
+def simulate(graph: ComputationGraph, placement: Sequence[int] | np.ndarray, cluster: Cluster,
+             param_factor: float = DEFAULT_PARAM_FACTOR) -> SimulationResult:
+    """Simulate one training step of ``graph`` placed by ``placement`` on ``cluster``.
+
+    Args:
+        graph: the computation graph.
+        placement: a device index per node, in node order.
+        cluster: the devices and links.
+        param_factor: static bytes held per parameter byte (4 = Adam training, 1 = inference).
+
+    Returns:
+        The makespan in seconds, per-device peak memory (bytes) and busy time
+        (seconds), the OOM flag and the full schedule.
+    """
+    p = check_placement(graph, placement, cluster)
+    prep = _prepare(graph)
+    m = cluster.num_devices
+    ws = Workspace(graph.num_nodes, graph.num_edges, m)
+    place_t = p[prep.order]
+    makespan, nx = sim_core(prep.cost, prep.out_bytes, prep.param_bytes, prep.sptr, prep.sdst, prep.sbytes,
+                            prep.pptr, prep.psrc, prep.indeg, place_t, cluster.speed, cluster.bandwidth, cluster.latency,
+                            float(param_factor), *ws.buffers())
+    if nx < 0:  # pragma: no cover - the graph was validated acyclic
+        raise RuntimeError("simulation deadlocked")
+    order = prep.order
+    start = np.empty(graph.num_nodes)
+    end = np.empty(graph.num_nodes)
+    start[order] = ws.start
+    end[order] = ws.end
+    schedule = Schedule(graph.ids, p.copy(), start, end, order[ws.xsrc[:nx]], ws.xa[:nx].copy(),
+                        ws.xb[:nx].copy(), ws.xbytes[:nx].copy(), ws.xs[:nx].copy(), ws.xe[:nx].copy())
+    peak = ws.peak.copy()
+    return SimulationResult(float(makespan), peak, ws.busy.copy(), bool(np.any(peak > cluster.memory)),
+                            schedule, lower_bound(graph, cluster))
+
+
+def simulate_batch(graph: ComputationGraph, placements, cluster: Cluster,
+                   param_factor: float = DEFAULT_PARAM_FACTOR, check: bool = True) -> BatchResult:
+    """Evaluate B placements (a B x N array, device per node) of one graph in one call.
+
+    Gives exactly the makespans, peaks and busy times of :func:`simulate` on each
+    row, without building schedules. ``check=False`` skips validation (for
+    callers that produce placements themselves, e.g. search loops).
+    """
+    P = np.asarray(placements)
+    if P.ndim != 2:
+        raise ValueError(f"placements must be a B x N array, got shape {P.shape}")
+    if check:
+        P = np.stack([check_placement(graph, row, cluster) for row in P]) if P.shape[0] else P.astype(np.int64)
+    prep = _prepare(graph)
+    m = cluster.num_devices
+    b = P.shape[0]
+    ws = Workspace(graph.num_nodes, graph.num_edges, m)
+    out_mk = np.zeros(b)
+    out_peak = np.zeros((b, m))
+    out_busy = np.zeros((b, m))
+    place_t = np.ascontiguousarray(P[:, prep.order], dtype=np.int64)
+    sim_batch(prep.cost, prep.out_bytes, prep.param_bytes, prep.sptr, prep.sdst, prep.sbytes, prep.pptr, prep.psrc,
+              prep.indeg, place_t, cluster.speed, cluster.bandwidth, cluster.latency, float(param_factor),
+              *ws.buffers(), out_mk, out_peak, out_busy)
+    return BatchResult(out_mk, out_peak, out_busy, np.any(out_peak > cluster.memory[None, :], axis=1))
+
+
+def critical_path(graph: ComputationGraph) -> float:
+    """Longest path through the graph by ``cost`` (seconds on the reference device)."""
+    return _prepare(graph).critical_path
+
+
+def _critical_path(graph: ComputationGraph) -> float:
+    finish = np.zeros(graph.num_nodes)
+    ptr, src, _ = graph.predecessors
+    cost = graph.cost
+    for v in graph.topo_order.tolist():
+        best = 0.0
+        for k in range(ptr[v], ptr[v + 1]):
+            f = finish[src[k]]
+            if f > best:
+                best = f
+        finish[v] = best + cost[v]
+    return float(finish.max())
+
+
+def lower_bound(graph: ComputationGraph, cluster: Cluster) -> float:
+    """``max(critical path / max speed, total cost / total speed)`` in seconds (spec section 4)."""
+    return max(critical_path(graph) / float(cluster.speed.max()), graph.total_cost / float(cluster.speed.sum()))

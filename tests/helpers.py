@@ -1,0 +1,25 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from placement_env import Cluster, ComputationGraph, Device, Edge, Node
+
+
+def graph(nodes: list[tuple], edges: list[tuple] = (), name: str = "t") -> ComputationGraph:
+    """``nodes``: (id, cost, output_bytes[, param_bytes[, colocation]]); ``edges``: (src, dst[, bytes])."""
+    built = []
+    for spec in nodes:
+        nid, cost, out = spec[:3]
+        params = spec[3] if len(spec) > 3 else 0
+        coloc = spec[4] if len(spec) > 4 else None
+        built.append(Node(nid, "op", cost, out, params, coloc))
+    return ComputationGraph(built, [Edge(*e) for e in edges], name=name)
+
+
+def uniform_cluster(m: int, bandwidth: float = 100.0, latency: float = 0.5, speed: float = 1.0,
+                    memory: int = 10**12) -> Cluster:
+    """``m`` devices with every link at ``bandwidth`` bytes/s and ``latency`` s."""
+    return Cluster([Device(f"d{i}", speed, memory) for i in range(m)],
+                   np.full((m, m), bandwidth), np.full((m, m), latency))

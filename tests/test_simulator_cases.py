@@ -1,0 +1,155 @@
+"""The simulator on cases computed by hand (shared/spec/simulator.md section 3).
+
+Unless said otherwise: links of 100 B/s with 0.5 s latency, so a 100-byte
+transfer takes 0.5 + 1 = 1.5 s; devices of speed 1; no parameters.
+"""
+
+import numpy as np
+import pytest
+
+from placement_env import simulate, simulate_batch
+from placement_env.simulator_reference import simulate_reference
+
+from helpers import graph, uniform_cluster
+
+
+def check_reference(g, p, c, result):
+    ref = simulate_reference(g, p, c)
+    assert result.makespan == ref["makespan"]
+    assert list(result.peak_memory) == ref["peak_memory"]
+    assert list(result.schedule.op_start) == ref["start"]
+
+
+def test_chain_split_across_two_devices():
+    g = graph([("a", 1.0, 100, 10), ("b", 2.0, 200), ("c", 3.0, 50)], [("a", "b"), ("b", "c")])
+    c = uniform_cluster(2)
+    r = simulate(g, [0, 1, 1], c)
+    ops = {o.node: (o.device, o.start, o.end) for o in r.schedule.ops()}
+    assert ops == {"a": (0, 0.0, 1.0), "b": (1, 2.5, 4.5), "c": (1, 4.5, 7.5)}
+    (t,) = r.schedule.transfers()
+    assert (t.node, t.src_device, t.dst_device, t.bytes, t.start, t.end) == ("a", 0, 1, 100, 1.0, 2.5)
+    assert r.makespan == 7.5
+    assert list(r.busy) == [1.0, 5.0]
+    # device 0: a's output (100) until its transfer ends + a's parameters x 4 (40)
+    # device 1: received copy (100) on [1, 4.5) and b's output (200) on [2.5, 7.5) overlap: 300
+    assert list(r.peak_memory) == [140, 300]
+    assert not r.oom
+    check_reference(g, [0, 1, 1], c, r)
+
+
+def test_fan_out_to_three_consumers_on_one_remote_device_is_one_transfer():
+    g = graph([("a", 1.0, 100), ("b", 1.0, 0), ("c", 1.0, 0), ("d", 1.0, 0)],
+              [("a", "b", 50), ("a", "c", 100), ("a", "d", 80)])
+    c = uniform_cluster(2)
+    r = simulate(g, [0, 1, 1, 1], c)
+    (t,) = r.schedule.transfers()
+    assert t.bytes == 100  # the largest edge to that device
+    assert (t.start, t.end) == (1.0, 2.5)
+    # all three ready at 2.5 on device 1, run in topological order
+    assert [(o.node, o.start) for o in r.schedule.ops()[1:]] == [("b", 2.5), ("c", 3.5), ("d", 4.5)]
+    assert r.makespan == 5.5
+    # the single copy (100 B) lives on device 1 until the last consumer ends
+    assert r.peak_memory[1] == 100
+    check_reference(g, [0, 1, 1, 1], c, r)
+
+
+def test_two_transfers_compete_for_one_receive_channel():
+    g = graph([("a", 1.0, 100), ("b", 1.0, 100), ("c", 1.0, 0)], [("a", "c"), ("b", "c")])
+    c = uniform_cluster(3)
+    r = simulate(g, [0, 1, 2], c)
+    ta, tb = r.schedule.transfers()
+    # both requested at 1; a (smaller topological index) is booked first
+    assert (ta.node, ta.start, ta.end) == ("a", 1.0, 2.5)
+    assert (tb.node, tb.start, tb.end) == ("b", 2.5, 4.0)
+    assert r.makespan == 5.0
+    check_reference(g, [0, 1, 2], c, r)
+
+
+def test_two_transfers_compete_for_one_send_channel_in_destination_order():
+    g = graph([("a", 1.0, 100), ("b", 1.0, 0), ("c", 1.0, 0)], [("a", "c"), ("a", "b")])
+    c = uniform_cluster(3)
+    r = simulate(g, [0, 2, 1], c)
+    t1, t2 = r.schedule.transfers()
+    assert (t1.dst_device, t1.start, t1.end) == (1, 1.0, 2.5)
+    assert (t2.dst_device, t2.start, t2.end) == (2, 2.5, 4.0)
+    check_reference(g, [0, 2, 1], c, r)
+
+
+def test_memory_is_freed_after_the_last_consumer():
+    # one device: a 0-1, b 1-2, c 2-5, d 5-6. a's output lives until c ends (5),
+    # so at t=5 it is gone before d allocates: peak 110 (a + b), not 160 (a + c + d).
+    g = graph([("a", 1.0, 100), ("b", 1.0, 10), ("c", 3.0, 10), ("d", 1.0, 50)],
+              [("a", "b"), ("a", "c"), ("c", "d")])
+    c = uniform_cluster(1)
+    r = simulate(g, [0, 0, 0, 0], c)
+    assert [o.start for o in r.schedule.ops()] == [0.0, 1.0, 2.0, 5.0]
+    assert r.peak_memory[0] == 110
+    assert r.schedule.num_transfers == 0
+    check_reference(g, [0, 0, 0, 0], c, r)
+
+
+def test_zero_cost_ops():
+    # a (zero cost) feeds b; c (zero cost, no consumer) is ready at 0 too but has a
+    # larger topological index, so it runs after b. Its output lives on [2, 2): nothing.
+    g = graph([("a", 0.0, 100), ("b", 2.0, 10), ("c", 0.0, 1000)], [("a", "b")])
+    c = uniform_cluster(1)
+    r = simulate(g, [0, 0, 0], c)
+    assert [(o.start, o.end) for o in r.schedule.ops()] == [(0.0, 0.0), (0.0, 2.0), (2.0, 2.0)]
+    assert r.makespan == 2.0
+    assert r.peak_memory[0] == 110
+    check_reference(g, [0, 0, 0], c, r)
+
+
+def test_out_of_memory_is_flagged_per_device():
+    g = graph([("a", 1.0, 100, 1000), ("b", 1.0, 100)], [("a", "b")])
+    c = uniform_cluster(2, memory=4000)
+    r = simulate(g, [0, 1], c)
+    assert r.peak_memory[0] == 4100  # params x 4 + output
+    assert r.oom
+    assert not simulate(g, [1, 1], uniform_cluster(2, memory=10**6)).oom
+
+
+def test_device_speed_scales_run_time():
+    g = graph([("a", 3.0, 0)])
+    c = uniform_cluster(1, speed=2.0)
+    assert simulate(g, [0], c).makespan == 1.5
+
+
+def test_batch_matches_single_on_hand_cases():
+    g = graph([("a", 1.0, 100), ("b", 1.0, 100), ("c", 1.0, 0)], [("a", "c"), ("b", "c")])
+    c = uniform_cluster(3)
+    placements = np.array([[0, 1, 2], [0, 0, 0], [2, 2, 1]])
+    batch = simulate_batch(g, placements, c)
+    for i, p in enumerate(placements):
+        r = simulate(g, p, c)
+        assert batch.makespan[i] == r.makespan
+        assert np.array_equal(batch.peak_memory[i], r.peak_memory)
+        assert np.array_equal(batch.busy[i], r.busy)
+
+
+@pytest.mark.parametrize("placement, message", [
+    ([0, 1], "has 2 entries"),
+    ([0, 1, 3], "placed on device 3"),
+    ([0, -1, 0], "placed on device -1"),
+    ([0, 0.5, 0], "not a device index"),
+])
+def test_bad_placements_are_rejected(placement, message):
+    g = graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b")])
+    with pytest.raises(ValueError, match=message):
+        simulate(g, placement, uniform_cluster(3))
+
+
+def test_split_colocation_group_is_rejected():
+    g = graph([("a", 1.0, 1, 0, "g"), ("b", 1.0, 1, 0, "g")], [("a", "b")])
+    with pytest.raises(ValueError, match="colocation group 'g' is split"):
+        simulate(g, [0, 1], uniform_cluster(2))
+    assert simulate(g, [1, 1], uniform_cluster(2)).makespan == 2.0
+
+
+def test_lower_bound_hand_case():
+    from placement_env import lower_bound
+
+    # critical path a-b = 3 s; total 4 s over 2 devices of speed 1 -> 2 s; LB = 3
+    g = graph([("a", 1.0, 0), ("b", 2.0, 0), ("c", 1.0, 0)], [("a", "b")])
+    assert lower_bound(g, uniform_cluster(2)) == 3.0
+    assert lower_bound(g, uniform_cluster(8, speed=4.0)) == 0.75
