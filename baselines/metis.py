@@ -43,7 +43,8 @@ def metis(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarra
         vweights = np.maximum(1, np.round(unit_cost * 1e6)).astype(np.int64)
         eweights = np.maximum(1, np.round(w / 1e3)).astype(np.int64)
         opts = pymetis.Options(seed=int(seed))
-        _, parts = pymetis.part_graph(m, xadj=xadj.tolist(), adjncy=dst.tolist(), vweights=vweights.tolist(),
+        adjacency = pymetis.CSRAdjacency(xadj.tolist(), dst.tolist())
+        _, parts = pymetis.part_graph(m, adjacency, vweights=vweights.tolist(),
                                       eweights=eweights.tolist(), tpwgts=(cluster.speed / cluster.speed.sum()).tolist(),
                                       options=opts)
         units = np.asarray(parts, dtype=np.int64)

@@ -1,0 +1,110 @@
+"""The classical placers: validity, colocation, memory, determinism, and quality on the default graph."""
+
+import numpy as np
+import pytest
+
+from baselines import PLACERS, PlacementInfeasibleError, place, refine, unit_demand
+from placement_env import Cluster, layered_dag, load_graph, simulate
+from placement_env.simulator import check_placement
+
+from helpers import graph, uniform_cluster
+
+GRAPHS = {
+    "default": load_graph("default"),
+    "small": layered_dag(11, num_ops=40),
+    "grouped": graph([("a", 1.0, 10, 5, "g"), ("b", 2.0, 10), ("c", 1.0, 10, 0, "g"), ("d", 0.5, 10)],
+                     [("a", "b"), ("b", "c"), ("a", "d")]),
+}
+
+
+@pytest.mark.parametrize("name", list(PLACERS))
+@pytest.mark.parametrize("graph_name", list(GRAPHS))
+@pytest.mark.parametrize("devices", [1, 3])
+def test_placer_returns_a_valid_placement_that_honours_colocation_and_budgets(name, graph_name, devices):
+    g = GRAPHS[graph_name]
+    c = Cluster.preset("p100", devices)
+    p = place(name, g, c, seed=1)
+    check_placement(g, p, c)  # length, range, colocation
+    used = np.bincount(g.unit_placement(p), weights=unit_demand(g), minlength=devices)
+    assert np.all(used <= c.memory)
+    assert np.array_equal(p, place(name, g, c, seed=1))  # deterministic for a seed
+
+
+@pytest.mark.parametrize("name", ["heft", "m-etf"])
+def test_list_schedulers_beat_round_robin_on_the_default_graph(name):
+    g = load_graph("default")
+    c = Cluster.preset("p100", 3)
+    ours = simulate(g, place(name, g, c), c).makespan
+    rr = simulate(g, place("round-robin", g, c), c).makespan
+    assert ours <= rr
+
+
+def test_every_multi_device_placer_uses_several_devices_on_the_default_graph():
+    g = load_graph("default")
+    c = Cluster.preset("p100", 3)
+    for name in PLACERS:
+        if name != "single":
+            assert len(set(place(name, g, c).tolist())) > 1, name
+
+
+def test_placers_say_when_the_graph_cannot_fit():
+    g = graph([("a", 1.0, 600), ("b", 1.0, 600)], [("a", "b")])
+    tiny = uniform_cluster(2, memory=500)
+    for name in PLACERS:
+        with pytest.raises(PlacementInfeasibleError, match="unit 'a'|needs"):
+            place(name, g, tiny)
+    # fits on two devices but not on one
+    two = uniform_cluster(2, memory=700)
+    with pytest.raises(PlacementInfeasibleError, match="no single device"):
+        place("single", g, two)
+    p = place("round-robin", g, two)
+    assert sorted(p.tolist()) == [0, 1]
+
+
+def test_memory_aware_placers_spread_a_graph_too_big_for_one_device():
+    g = layered_dag(4, num_ops=60)
+    demand = unit_demand(g).sum()
+    c = uniform_cluster(3, memory=int(demand * 0.45))
+    for name in ("round-robin", "random", "m-topo", "m-etf", "heft", "metis", "critical-path"):
+        p = place(name, g, c)
+        used = np.bincount(g.unit_placement(p), weights=unit_demand(g), minlength=3)
+        assert np.all(used <= c.memory), name
+
+
+def test_heft_puts_a_chain_on_one_device_and_parallel_chains_apart():
+    # two independent chains of equal cost, 2 devices, slow links: one chain per device is optimal
+    nodes = [(f"{c}{i}", 1.0, 10**6) for c in "ab" for i in range(4)]
+    edges = [(f"{c}{i}", f"{c}{i + 1}") for c in "ab" for i in range(3)]
+    g = graph(nodes, edges)
+    cl = uniform_cluster(2, bandwidth=1e6, latency=0.1)
+    p = place("heft", g, cl)
+    assert len(set(p[:4].tolist())) == 1 and len(set(p[4:].tolist())) == 1 and p[0] != p[4]
+    assert simulate(g, p, cl).makespan == 4.0
+
+
+def test_local_search_never_gets_worse_and_improves_a_bad_start():
+    g = layered_dag(2, num_ops=60)
+    c = Cluster.preset("p100", 3)
+    start = place("single", g, c)
+    res = refine(g, c, start, seed=0, max_rounds=60)
+    assert res.makespan == simulate(g, res.placement, c).makespan
+    assert all(b <= a for a, b in zip(res.history, res.history[1:]))
+    assert res.makespan < simulate(g, start, c).makespan * 0.9
+    check_placement(g, res.placement, c)
+
+
+def test_local_search_drives_an_out_of_memory_placement_back_under_capacity():
+    # six chained ops with 15 B of parameters each (x 4 = 60 B static) and 100 B outputs:
+    # all on one device needs 360 + 200 = 560 B > 450; three per device fits (<= 380 B)
+    g = graph([(f"n{i}", 1.0, 100, 15) for i in range(6)], [(f"n{i}", f"n{i + 1}") for i in range(5)])
+    c = uniform_cluster(2, memory=450)
+    start = np.zeros(6, dtype=np.int64)
+    assert simulate(g, start, c).oom
+    res = refine(g, c, start, seed=0, max_rounds=100, batch=16)
+    assert res.overflow == 0.0
+    assert not simulate(g, res.placement, c).oom
+
+
+def test_unknown_placer():
+    with pytest.raises(ValueError, match="unknown placer 'magic'"):
+        place("magic", GRAPHS["small"], Cluster.preset())

@@ -1,0 +1,93 @@
+"""The command-line tools: ``python -m baselines``, ``python -m placement_env`` and ``train.py``."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from baselines.__main__ import main as baselines_main
+from placement_env import Cluster, load_graph, simulate, write_placement
+from placement_env.__main__ import main as env_main
+from placement_env.cli_common import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_placer_comparison_command_prints_the_table_and_writes_json(tmp_path):
+    out = run("-m", "baselines", "--graph", "default", "--devices", "3", "--json", str(tmp_path / "t.json"),
+              "--placements-dir", str(tmp_path / "p"))
+    assert out.returncode == 0, out.stderr
+    for placer in ("single", "round-robin", "random", "m-topo", "m-etf", "heft", "metis", "critical-path",
+                   "local-search"):
+        assert placer in out.stdout
+    assert "makespan (ms)" in out.stdout and "/ LB" in out.stdout and "OOM" in out.stdout
+    table = json.loads((tmp_path / "t.json").read_text())
+    heft = next(r for r in table["rows"] if r["placer"] == "heft")
+    g, c = load_graph("default"), Cluster.preset("p100", 3)
+    assert heft["makespan"] == simulate(g, heft["placement"], c).makespan
+    assert (tmp_path / "p" / "heft.json").exists()
+
+
+def test_simulate_command_json_output(tmp_path):
+    g = load_graph("default")
+    write_placement([i % 2 for i in g.unit_of], tmp_path / "p.json")
+    out = run("-m", "placement_env", "simulate", "--graph", "default", "--placement", str(tmp_path / "p.json"),
+              "--devices", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert set(data) == {"makespan", "lower_bound", "peak_memory", "busy", "oom"}
+    r = simulate(g, [i % 2 for i in g.unit_of], Cluster.preset("p100", 2))
+    assert data["makespan"] == r.makespan
+    assert data["peak_memory"] == [int(x) for x in r.peak_memory]
+    assert data["busy"] == list(r.busy) and data["oom"] is False
+
+
+def test_simulate_command_text_output_and_cluster_file(tmp_path, capsys):
+    g = load_graph("default")
+    ids = g.ids
+    (tmp_path / "p.json").write_text(json.dumps({nid: 0 for nid in ids}))
+    Cluster.heterogeneous(["p100", "v100-nvlink"]).to_json(tmp_path / "c.json")
+    assert env_main(["simulate", "--placement", str(tmp_path / "p.json"), "--cluster", str(tmp_path / "c.json")]) == 0
+    text = capsys.readouterr().out
+    assert "makespan" in text and "lower bound" in text and "OOM          no" in text and "gpu1" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["simulate", "--graph", "missing.json", "--placement", "p.json"], "missing.json"),
+    (["simulate", "--graph", "default", "--placement", "missing.json"], "missing.json"),
+    (["simulate", "--graph", "default", "--placement", "{p}", "--devices", "0"], "positive integer"),
+])
+def test_simulate_command_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    (tmp_path / "p.json").write_text("[0]")
+    argv = [a.replace("{p}", str(tmp_path / "p.json")) for a in argv]
+    assert run_cli(lambda: env_main(argv)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and message in err and "\n" not in err
+
+
+def test_placement_file_errors_name_the_node(tmp_path, capsys):
+    (tmp_path / "p.json").write_text(json.dumps({"op0": 0}))
+    assert run_cli(lambda: env_main(["simulate", "--placement", str(tmp_path / "p.json")])) == 2
+    assert "no device given for node" in capsys.readouterr().err
+
+
+def test_comparison_command_rejects_unknown_placer(capsys):
+    assert run_cli(lambda: baselines_main(["--placers", "heft,magic"])) == 2
+    assert "unknown placer 'magic'" in capsys.readouterr().err
+
+
+def test_graphs_command_lists_shipped_graphs(capsys):
+    assert env_main(["graphs"]) == 0
+    assert "default" in capsys.readouterr().out
+
+
+def test_train_script_says_it_is_not_implemented():
+    out = run("train.py")
+    assert out.returncode == 2
+    assert "not implemented yet" in out.stderr

@@ -1,0 +1,78 @@
+"""Clusters: presets, heterogeneous lists, JSON, validation."""
+
+import json
+
+import numpy as np
+import pytest
+
+from placement_env import DEVICE_KINDS, Cluster, Device, layered_dag, simulate
+
+GIB = 1024**3
+
+
+def test_default_preset_is_p100_on_pcie():
+    c = Cluster.preset("p100", 3)
+    assert c.num_devices == 3
+    assert np.all(c.speed == 1.0)
+    assert np.all(c.memory == 16 * GIB)
+    assert c.bandwidth[0, 1] == 12e9 and c.latency[0, 1] == 10e-6
+    assert Cluster.preset() == Cluster.preset("p100", 3)
+
+
+@pytest.mark.parametrize("kind", list(DEVICE_KINDS))
+def test_every_preset_builds_and_simulates(kind):
+    c = Cluster.preset(kind, 4)
+    g = layered_dag(0, num_ops=30)
+    r = simulate(g, g.expand_unit_placement(np.arange(g.num_units) % 4), c)
+    assert r.makespan > 0 and not r.oom
+
+
+def test_faster_kinds_are_faster():
+    assert DEVICE_KINDS["k80"].speed < DEVICE_KINDS["p100"].speed < DEVICE_KINDS["v100-nvlink"].speed
+    assert DEVICE_KINDS["v100-nvlink"].speed < DEVICE_KINDS["a100-nvlink"].speed < DEVICE_KINDS["h100-nvlink"].speed
+
+
+def test_heterogeneous_cluster_links_run_at_the_slower_end():
+    c = Cluster.heterogeneous(["p100", "v100-nvlink"])
+    assert list(c.speed) == [1.0, DEVICE_KINDS["v100-nvlink"].speed]
+    assert c.bandwidth[0, 1] == 12e9 and c.bandwidth[1, 0] == 12e9
+    assert c.memory[1] == 32 * GIB
+
+
+def test_json_round_trip(tmp_path):
+    c = Cluster.heterogeneous(["k80", "p100", "a100-nvlink"])
+    c.to_json(tmp_path / "c.json")
+    assert Cluster.from_json(tmp_path / "c.json") == c
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["format"] == "device-placement-cluster" and data["bandwidth"][0][0] == 0.0
+
+
+def test_spec_example_cluster_loads(tmp_path):
+    data = {"format": "device-placement-cluster", "version": 1,
+            "devices": [{"name": "gpu0", "speed": 1.0, "memory_bytes": 17179869184},
+                        {"name": "gpu1", "speed": 1.0, "memory_bytes": 17179869184}],
+            "bandwidth": [[0, 1.2e10], [1.2e10, 0]], "latency": [[0, 1.0e-5], [1.0e-5, 0]]}
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    c = Cluster.from_json(tmp_path / "c.json")
+    assert c.num_devices == 2 and c.bandwidth[1, 0] == 1.2e10
+
+
+@pytest.mark.parametrize("devices, bw, lat, message", [
+    ([Device("g", 0.0, 10)], [[0]], [[0]], "speed must be positive"),
+    ([Device("g", 1.0, -1)], [[0]], [[0]], "memory_bytes must be positive"),
+    ([Device("g", float("nan"), 1)], [[0]], [[0]], "speed must be positive and finite"),
+    ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 0], [1, 0]], [[0, 0], [0, 0]], r"bandwidth\[0\]\[1\]"),
+    ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 1], [1, 0]], [[0, -1], [0, 0]], r"latency\[0\]\[1\]"),
+    ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 1]], [[0, 0], [0, 0]], "must be 2x2"),
+    ([], [], [], "at least one device"),
+])
+def test_invalid_clusters(devices, bw, lat, message):
+    with pytest.raises(ValueError, match=message):
+        Cluster(devices, bw, lat)
+
+
+def test_bad_preset_arguments():
+    with pytest.raises(ValueError, match="unknown device kind 'tpu'"):
+        Cluster.preset("tpu", 2)
+    with pytest.raises(ValueError, match="positive integer"):
+        Cluster.preset("p100", 0)
