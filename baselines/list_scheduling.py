@@ -89,13 +89,19 @@ class ListSchedule:
         return self.device.copy()
 
 
-def upward_rank(graph: ComputationGraph, cluster: Cluster) -> np.ndarray:
-    """HEFT's upward rank (s): mean run time plus the longest mean-cost path to an exit."""
+def _mean_costs(graph: ComputationGraph, cluster: Cluster) -> tuple[np.ndarray, float, float]:
+    """Run time of each op averaged over devices (s), and the mean link latency (s) and 1/bandwidth (s/byte)."""
     w = graph.cost * float(np.mean(1.0 / cluster.speed))
     m = cluster.num_devices
+    if m == 1:
+        return w, 0.0, 0.0
     off = ~np.eye(m, dtype=bool)
-    mean_lat = float(cluster.latency[off].mean()) if m > 1 else 0.0
-    mean_inv_bw = float((1.0 / cluster.bandwidth[off]).mean()) if m > 1 else 0.0
+    return w, float(cluster.latency[off].mean()), float((1.0 / cluster.bandwidth[off]).mean())
+
+
+def upward_rank(graph: ComputationGraph, cluster: Cluster) -> np.ndarray:
+    """HEFT's upward rank (s): mean run time plus the longest mean-cost path to an exit."""
+    w, mean_lat, mean_inv_bw = _mean_costs(graph, cluster)
     ptr, dst, nbytes = graph.successors
     rank = np.zeros(graph.num_nodes)
     for v in graph.topo_order[::-1].tolist():
@@ -109,11 +115,7 @@ def upward_rank(graph: ComputationGraph, cluster: Cluster) -> np.ndarray:
 
 def downward_rank(graph: ComputationGraph, cluster: Cluster) -> np.ndarray:
     """CPOP's downward rank (s): the longest mean-cost path from an entry up to (not including) the op."""
-    w = graph.cost * float(np.mean(1.0 / cluster.speed))
-    m = cluster.num_devices
-    off = ~np.eye(m, dtype=bool)
-    mean_lat = float(cluster.latency[off].mean()) if m > 1 else 0.0
-    mean_inv_bw = float((1.0 / cluster.bandwidth[off]).mean()) if m > 1 else 0.0
+    w, mean_lat, mean_inv_bw = _mean_costs(graph, cluster)
     ptr, src, nbytes = graph.predecessors
     rank = np.zeros(graph.num_nodes)
     for v in graph.topo_order.tolist():

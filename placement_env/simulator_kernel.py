@@ -39,13 +39,8 @@ _INF = np.inf
 
 
 @njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"}, inline="always")
-def _heap_push(hkey, hval, base, size, key, val):
-    """Insert (key, val) into the binary min-heap ``hkey/hval[base:base+size]``.
-
-    Keys live in the heap itself (not behind an index), so each level costs one
-    load instead of a chain of two: the heap is the loop's hottest structure.
-    """
-    i = size
+def _sift_up(hkey, hval, base, i, key, val):
+    """Move (key, val) up from the hole at position ``i`` of the heap at ``base`` to its place."""
     while i > 0:
         p = (i - 1) >> 1
         pk = hkey[base + p]
@@ -57,6 +52,16 @@ def _heap_push(hkey, hval, base, size, key, val):
         i = p
     hkey[base + i] = key
     hval[base + i] = val
+
+
+@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"}, inline="always")
+def _heap_push(hkey, hval, base, size, key, val):
+    """Insert (key, val) into the binary min-heap ``hkey/hval[base:base+size]``.
+
+    Keys live in the heap itself (not behind an index), so each level costs one
+    load instead of a chain of two: the heap is the loop's hottest structure.
+    """
+    _sift_up(hkey, hval, base, size, key, val)
 
 
 @njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"}, inline="always")
@@ -88,17 +93,7 @@ def _heap_pop(hkey, hval, base, size):
         hval[base + i] = hval[base + c]
         i = c
         c = 2 * i + 1
-    while i > 0:
-        p = (i - 1) >> 1
-        pk = hkey[base + p]
-        pv = hval[base + p]
-        if pk < lk or (pk == lk and pv < lv):
-            break
-        hkey[base + i] = pk
-        hval[base + i] = pv
-        i = p
-    hkey[base + i] = lk
-    hval[base + i] = lv
+    _sift_up(hkey, hval, base, i, lk, lv)
     return top
 
 
@@ -337,42 +332,33 @@ def _peak_memory(n, m, out_bytes, pptr, psrc, place, start, end, hoff, devops, d
 
 
 class Workspace:
-    """Buffers for :func:`sim_core` sized for one graph and cluster, reused across calls."""
+    """Buffers for :func:`sim_core` sized for one graph and cluster, reused across calls.
+
+    ``BUFFERS`` lists them in the order of :func:`sim_core`'s parameters, with
+    their length (``n`` nodes, ``x`` transfer slots = edges, ``m`` devices) and type.
+    """
+
+    BUFFERS = (
+        ("start", "n", np.float64), ("end", "n", np.float64), ("ready", "n", np.float64),
+        ("remaining", "n", np.int64), ("hkey", "n", np.float64), ("heap", "n", np.int64),
+        ("hoff", "m+1", np.int64), ("devops", "n", np.int64), ("corder", "n", np.int64),
+        ("xid", "n*m", np.int64), ("last_same", "n", np.int64),
+        ("xsrc", "x", np.int64), ("xa", "x", np.int64), ("xb", "x", np.int64), ("xs", "x", np.float64),
+        ("xe", "x", np.float64), ("xbytes", "x", np.float64), ("xfirst", "n", np.int64),
+        ("xcount", "n", np.int64),
+        ("last_copy", "x+1", np.int64),  # + a spare slot for branch-free updates
+        ("free_at_op", "n", np.float64), ("free_at_x", "x", np.float64), ("rlist", "x", np.int64),
+        ("slist", "x", np.int64), ("busy", "m", np.float64), ("peak", "m", np.float64),
+    )
 
     def __init__(self, n: int, e: int, m: int) -> None:
-        i64, f64 = np.int64, np.float64
-        self.start = np.zeros(n, f64)
-        self.end = np.zeros(n, f64)
-        self.ready = np.zeros(n, f64)
-        self.remaining = np.zeros(n, i64)
-        self.hkey = np.zeros(n, f64)
-        self.heap = np.zeros(n, i64)
-        self.hoff = np.zeros(m + 1, i64)
-        self.devops = np.zeros(n, i64)
-        self.corder = np.zeros(n, i64)
-        self.xid = np.zeros(n * m, i64)
-        self.last_same = np.zeros(n, i64)
         x = max(e, 1)
-        self.xsrc = np.zeros(x, i64)
-        self.xa = np.zeros(x, i64)
-        self.xb = np.zeros(x, i64)
-        self.xs = np.zeros(x, f64)
-        self.xe = np.zeros(x, f64)
-        self.xbytes = np.zeros(x, f64)
-        self.xfirst = np.zeros(n, i64)
-        self.xcount = np.zeros(n, i64)
-        self.last_copy = np.zeros(x + 1, i64)  # + a spare slot for branch-free updates
-        self.free_at_op = np.zeros(n, f64)
-        self.free_at_x = np.zeros(x, f64)
-        self.rlist = np.zeros(x, i64)
-        self.slist = np.zeros(x, i64)
-        self.busy = np.zeros(m, f64)
-        self.peak = np.zeros(m, f64)
+        lengths = {"n": n, "m": m, "m+1": m + 1, "n*m": n * m, "x": x, "x+1": x + 1}
+        for name, size, dtype in self.BUFFERS:
+            setattr(self, name, np.zeros(lengths[size], dtype))
 
     def buffers(self) -> tuple:
-        return (self.start, self.end, self.ready, self.remaining, self.hkey, self.heap, self.hoff, self.devops, self.corder, self.xid,
-                self.last_same, self.xsrc, self.xa, self.xb, self.xs, self.xe, self.xbytes, self.xfirst, self.xcount,
-                self.last_copy, self.free_at_op, self.free_at_x, self.rlist, self.slist, self.busy, self.peak)
+        return tuple(getattr(self, name) for name, _, _ in self.BUFFERS)
 
 
 @njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"})
