@@ -102,7 +102,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, pptr, psrc, indeg
              speed, bandwidth, latency, param_factor,
              start, end, ready, remaining, hkey, heap, hoff, devops, corder, xid, last_same,
              xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount, last_copy,
-             free_at_op, free_at_x, rlist, slist,
+             free_at_op, free_at_x, op_t, op_b, recv_t, recv_b, send_t, send_b,
              busy, peak):
     """Simulate one placement; fills ``start``/``end``/transfer arrays/``busy``/``peak``.
 
@@ -228,15 +228,15 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, pptr, psrc, indeg
             cand_k[d] = v
 
     _peak_memory(n, m, out_bytes, pptr, psrc, place, start, end, hoff, devops, dcnt, corder, xid, last_same,
-                 nx, xa, xb, xs, xe, xbytes, xfirst, xcount, last_copy, free_at_op, free_at_x, rlist, slist,
-                 static, peak)
+                 nx, xa, xb, xs, xe, xbytes, xfirst, xcount, last_copy, free_at_op, free_at_x,
+                 op_t, op_b, recv_t, recv_b, send_t, send_b, static, peak)
     return makespan, nx
 
 
 @njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"})
 def _peak_memory(n, m, out_bytes, pptr, psrc, place, start, end, hoff, devops, dcnt, corder, xid, last_same,
-                 nx, xa, xb, xs, xe, xbytes, xfirst, xcount, last_copy, free_at_op, free_at_x, rlist, slist,
-                 static, peak):
+                 nx, xa, xb, xs, xe, xbytes, xfirst, xcount, last_copy, free_at_op, free_at_x,
+                 op_t, op_b, recv_t, recv_b, send_t, send_b, static, peak):
     """Per-device peak = static + max over time of live outputs and received copies.
 
     Every buffer is freed at a known event: the end of an op on its device
@@ -273,55 +273,76 @@ def _peak_memory(n, m, out_bytes, pptr, psrc, place, start, end, hoff, devops, d
         else:
             free_at_op[bid] += out_bytes[u]
 
-    # transfers bucketed per receiving / sending device, keeping booking order
-    roff = np.zeros(m + 1, np.int64)
-    soff = np.zeros(m + 1, np.int64)
+    # each device's events as contiguous (time, bytes) runs, each closed by a +inf
+    # sentinel: its ops (start: +output, end: -freed, in execution order), the
+    # transfers it receives (start: +copy) and sends (end: -freed), in booking order
+    rcnt = np.zeros(m, np.int64)
+    scnt = np.zeros(m, np.int64)
     for x in range(nx):
-        roff[xb[x] + 1] += 1
-        soff[xa[x] + 1] += 1
+        rcnt[xb[x]] += 1
+        scnt[xa[x]] += 1
+    obase = np.empty(m, np.int64)
+    rbase = np.empty(m, np.int64)
+    sbase = np.empty(m, np.int64)
+    o = 0
+    r = 0
+    q = 0
     for d in range(m):
-        roff[d + 1] += roff[d]
-        soff[d + 1] += soff[d]
-    rfill = roff[:m].copy()
-    sfill = soff[:m].copy()
+        obase[d] = o
+        rbase[d] = r
+        sbase[d] = q
+        for k in range(dcnt[d]):
+            v = devops[hoff[d] + k]
+            op_t[o] = start[v]
+            op_b[o] = out_bytes[v]
+            op_t[o + 1] = end[v]
+            op_b[o + 1] = -free_at_op[v]
+            o += 2
+        op_t[o] = _INF
+        o += 1
+        r += rcnt[d]
+        recv_t[r] = _INF
+        r += 1
+        q += scnt[d]
+        send_t[q] = _INF
+        q += 1
+    rfill = rbase.copy()
+    sfill = sbase.copy()
     for x in range(nx):
-        rlist[rfill[xb[x]]] = x
-        rfill[xb[x]] += 1
-        slist[sfill[xa[x]]] = x
-        sfill[xa[x]] += 1
+        b = xb[x]
+        recv_t[rfill[b]] = xs[x]
+        recv_b[rfill[b]] = xbytes[x]
+        rfill[b] += 1
+        a = xa[x]
+        send_t[sfill[a]] = xe[x]
+        send_b[sfill[a]] = -free_at_x[x]
+        sfill[a] += 1
 
     for d in range(m):
-        # three time-sorted streams: this device's ops (start, end, start, ... in
-        # execution order), transfers received (alloc at start) and sent (free at
-        # end). The level after all events of one instant is the live memory
-        # until the next instant, so the peak is checked only when time moves
-        # on: equal-time events may then be taken in any order.
-        base = hoff[d]
-        nev = 2 * dcnt[d]
-        k = 0
-        r = roff[d]
-        r_end = roff[d + 1]
-        q = soff[d]
-        q_end = soff[d + 1]
+        # merge the three time-sorted runs. The level after all events of one
+        # instant is the live memory until the next instant, so the peak is
+        # sampled only when time moves on and equal-time events may come in any order.
+        k = obase[d]
+        r = rbase[d]
+        q = sbase[d]
         level = 0.0
         pk = 0.0
         t_prev = 0.0
-        while k < nev or r < r_end or q < q_end:
-            v = devops[base + (k >> 1)] if k < nev else 0
-            t_op = (end[v] if k & 1 else start[v]) if k < nev else _INF
-            t_r = xs[rlist[r]] if r < r_end else _INF
-            t_q = xe[slist[q]] if q < q_end else _INF
+        for _ in range(2 * dcnt[d] + rcnt[d] + scnt[d]):
+            t_op = op_t[k]
+            t_r = recv_t[r]
+            t_q = send_t[q]
             if t_op <= t_r and t_op <= t_q:
                 t = t_op
-                delta = -free_at_op[v] if k & 1 else out_bytes[v]
+                delta = op_b[k]
                 k += 1
             elif t_r <= t_q:
                 t = t_r
-                delta = xbytes[rlist[r]]
+                delta = recv_b[r]
                 r += 1
             else:
                 t = t_q
-                delta = -free_at_x[slist[q]]
+                delta = send_b[q]
                 q += 1
             if t > t_prev:
                 pk = max(pk, level)
@@ -347,13 +368,14 @@ class Workspace:
         ("xe", "x", np.float64), ("xbytes", "x", np.float64), ("xfirst", "n", np.int64),
         ("xcount", "n", np.int64),
         ("last_copy", "x+1", np.int64),  # + a spare slot for branch-free updates
-        ("free_at_op", "n", np.float64), ("free_at_x", "x", np.float64), ("rlist", "x", np.int64),
-        ("slist", "x", np.int64), ("busy", "m", np.float64), ("peak", "m", np.float64),
+        ("free_at_op", "n", np.float64), ("free_at_x", "x", np.float64),
+        ("op_t", "2n+m", np.float64), ("op_b", "2n+m", np.float64), ("recv_t", "x+m", np.float64),
+        ("recv_b", "x+m", np.float64), ("send_t", "x+m", np.float64), ("send_b", "x+m", np.float64), ("busy", "m", np.float64), ("peak", "m", np.float64),
     )
 
     def __init__(self, n: int, e: int, m: int) -> None:
         x = max(e, 1)
-        lengths = {"n": n, "m": m, "m+1": m + 1, "n*m": n * m, "x": x, "x+1": x + 1}
+        lengths = {"n": n, "m": m, "m+1": m + 1, "n*m": n * m, "x": x, "x+1": x + 1, "2n+m": 2 * n + m, "x+m": x + m}
         for name, size, dtype in self.BUFFERS:
             setattr(self, name, np.zeros(lengths[size], dtype))
 
@@ -366,7 +388,7 @@ def sim_batch(cost, out_bytes, param_bytes, sptr, sdst, sbytes, pptr, psrc, inde
               speed, bandwidth, latency, param_factor,
               start, end, ready, remaining, hkey, heap, hoff, devops, corder, xid, last_same,
               xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount, last_copy,
-              free_at_op, free_at_x, rlist, slist, busy, peak,
+              free_at_op, free_at_x, op_t, op_b, recv_t, recv_b, send_t, send_b, busy, peak,
               out_makespan, out_peak, out_busy):
     """Simulate every row of ``placements`` (B x N, topological positions)."""
     for i in range(placements.shape[0]):
@@ -374,7 +396,7 @@ def sim_batch(cost, out_bytes, param_bytes, sptr, sdst, sbytes, pptr, psrc, inde
                          speed, bandwidth, latency, param_factor,
                          start, end, ready, remaining, hkey, heap, hoff, devops, corder, xid, last_same,
                          xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount, last_copy,
-                         free_at_op, free_at_x, rlist, slist, busy, peak)
+                         free_at_op, free_at_x, op_t, op_b, recv_t, recv_b, send_t, send_b, busy, peak)
         out_makespan[i] = mk
         out_peak[i, :] = peak
         out_busy[i, :] = busy
