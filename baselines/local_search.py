@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placement_env import Cluster, ComputationGraph, simulate_batch
+from placement_env import Cluster, ComputationGraph, Simulator
 from placement_env.simulator import check_placement
 
 
@@ -38,7 +38,8 @@ def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
     p = check_placement(graph, placement, cluster)
     m, nu = cluster.num_devices, graph.num_units
     current = graph.unit_placement(p)
-    cur_mk, cur_over = _score(graph, cluster, current[None, :])
+    simulator = Simulator(graph, cluster)
+    cur_mk, cur_over = _score(simulator, graph, current[None, :])
     cur_mk, cur_over = float(cur_mk[0]), float(cur_over[0])
     history, evaluations, stale, rounds = [cur_mk], 1, 0, 0
     deadline = None if time_budget is None else time.perf_counter() + time_budget
@@ -58,7 +59,7 @@ def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
                 if b < 0:
                     continue
             cand[row, a], cand[row, b] = current[b], current[a]
-        mk, over = _score(graph, cluster, cand)
+        mk, over = _score(simulator, graph, cand)
         evaluations += batch
         best = int(np.lexsort((mk, over))[0])
         if (over[best], mk[best]) < (cur_over, cur_mk):
@@ -69,9 +70,9 @@ def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
     return RefineResult(graph.expand_unit_placement(current), cur_mk, cur_over, rounds, evaluations, history)
 
 
-def _score(graph: ComputationGraph, cluster: Cluster, unit_placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    result = simulate_batch(graph, unit_placements[:, graph.unit_of], cluster, check=False)
-    overflow = np.maximum(0.0, result.peak_memory - cluster.memory[None, :]).sum(axis=1)
+def _score(simulator: Simulator, graph: ComputationGraph, unit_placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    result = simulator.simulate_batch(unit_placements[:, graph.unit_of], check=False)
+    overflow = np.maximum(0.0, result.peak_memory - simulator.cluster.memory[None, :]).sum(axis=1)
     return result.makespan, overflow
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from placement_env import Cluster, ComputationGraph
+from placement_env.features import unit_graph
 from placement_env.simulator import DEFAULT_PARAM_FACTOR
 
 GB = 1e9
@@ -76,6 +77,4 @@ class MemoryBudget:
 
 def units_in_topological_order(graph: ComputationGraph) -> np.ndarray:
     """Units sorted by the smallest topological index among their ops."""
-    first_topo = np.full(graph.num_units, graph.num_nodes, dtype=np.int64)
-    np.minimum.at(first_topo, graph.unit_of, graph.topo_index)
-    return np.argsort(first_topo, kind="stable")
+    return unit_graph(graph).topological_order

@@ -15,6 +15,7 @@ from .simulator import (
     BatchResult,
     Schedule,
     SimulationResult,
+    Simulator,
     check_placement,
     critical_path,
     lower_bound,
@@ -23,10 +24,20 @@ from .simulator import (
 )
 from .synthetic import layered_dag
 from .training_graph import to_training_graph
+from .env import DevicePlacementEnv
+from .placement_task import unflatten_observation
+from .sequential_env import DevicePlacementSequentialEnv
+
+import gymnasium as _gym
+
+if "DevicePlacement-v0" not in _gym.registry:
+    _gym.register(id="DevicePlacement-v0", entry_point="placement_env.env:DevicePlacementEnv")
+if "DevicePlacementSequential-v0" not in _gym.registry:
+    _gym.register(id="DevicePlacementSequential-v0", entry_point="placement_env.sequential_env:DevicePlacementSequentialEnv")
 
 __all__ = [
-    "DEFAULT_GRAPH", "DEVICE_KINDS", "BatchResult", "Cluster", "ComputationGraph", "Device", "Edge", "Node",
-    "Schedule", "SimulationResult", "check_placement", "critical_path", "layered_dag", "list_graphs",
+    "DEFAULT_GRAPH", "DEVICE_KINDS", "BatchResult", "DevicePlacementEnv", "DevicePlacementSequentialEnv", "Cluster", "ComputationGraph", "Device", "Edge", "Node",
+    "Schedule", "SimulationResult", "Simulator", "check_placement", "critical_path", "layered_dag", "list_graphs",
     "load_graph", "lower_bound", "read_graph", "read_placement", "simulate", "simulate_batch",
-    "to_training_graph", "write_graph", "write_placement",
+    "to_training_graph", "unflatten_observation", "write_graph", "write_placement",
 ]

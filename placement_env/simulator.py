@@ -200,6 +200,69 @@ def check_placement(graph: ComputationGraph, placement, cluster: Cluster, check_
     return p
 
 
+class Simulator:
+    """One graph on one cluster, with buffers kept between calls (for step loops).
+
+    ``simulate`` / ``simulate_batch`` build one of these per call; an
+    environment or a search keeps one and calls :meth:`run` (no schedule) or
+    :meth:`simulate` (with schedule) many times.
+    """
+
+    def __init__(self, graph: ComputationGraph, cluster: Cluster, param_factor: float = DEFAULT_PARAM_FACTOR):
+        self.graph = graph
+        self.cluster = cluster
+        self.param_factor = float(param_factor)
+        self._prep = _prepare(graph)
+        self._ws = Workspace(graph.num_nodes, graph.num_edges, cluster.num_devices)
+        self.lower_bound = lower_bound(graph, cluster)
+
+    def _kernel_args(self) -> tuple:
+        prep = self._prep
+        return (prep.cost, prep.out_bytes, prep.param_bytes, prep.sptr, prep.sdst, prep.sbytes, prep.pptr,
+                prep.psrc, prep.indeg)
+
+    def run(self, placement: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """``(makespan, peak_memory, busy)`` of a *validated* int64 node placement (arrays are copies)."""
+        c, ws = self.cluster, self._ws
+        makespan, _ = sim_core(*self._kernel_args(), placement[self._prep.order], c.speed, c.bandwidth, c.latency,
+                               self.param_factor, *ws.buffers())
+        return float(makespan), ws.peak.copy(), ws.busy.copy()
+
+    def simulate(self, placement) -> SimulationResult:
+        """Validate ``placement`` and simulate it, with the full schedule."""
+        graph, c, ws = self.graph, self.cluster, self._ws
+        p = check_placement(graph, placement, c)
+        order = self._prep.order
+        makespan, nx = sim_core(*self._kernel_args(), p[order], c.speed, c.bandwidth, c.latency,
+                                self.param_factor, *ws.buffers())
+        if nx < 0:  # pragma: no cover - the graph was validated acyclic
+            raise RuntimeError("simulation deadlocked")
+        start = np.empty(graph.num_nodes)
+        end = np.empty(graph.num_nodes)
+        start[order] = ws.start
+        end[order] = ws.end
+        schedule = Schedule(graph.ids, p.copy(), start, end, order[ws.xsrc[:nx]], ws.xa[:nx].copy(),
+                            ws.xb[:nx].copy(), ws.xbytes[:nx].copy(), ws.xs[:nx].copy(), ws.xe[:nx].copy())
+        peak = ws.peak.copy()
+        return SimulationResult(float(makespan), peak, ws.busy.copy(), bool(np.any(peak > c.memory)), schedule,
+                                self.lower_bound)
+
+    def simulate_batch(self, placements, check: bool = True) -> BatchResult:
+        """Evaluate B node placements (B x N) in one kernel call; see :func:`simulate_batch`."""
+        graph, c, ws = self.graph, self.cluster, self._ws
+        P = np.asarray(placements)
+        if P.ndim != 2:
+            raise ValueError(f"placements must be a B x N array, got shape {P.shape}")
+        if check:
+            P = np.stack([check_placement(graph, row, c) for row in P]) if P.shape[0] else P.astype(np.int64)
+        b, m = P.shape[0], c.num_devices
+        out_mk, out_peak, out_busy = np.zeros(b), np.zeros((b, m)), np.zeros((b, m))
+        place_t = np.ascontiguousarray(P[:, self._prep.order], dtype=np.int64)
+        sim_batch(*self._kernel_args(), place_t, c.speed, c.bandwidth, c.latency, self.param_factor,
+                  *ws.buffers(), out_mk, out_peak, out_busy)
+        return BatchResult(out_mk, out_peak, out_busy, np.any(out_peak > c.memory[None, :], axis=1))
+
+
 def simulate(graph: ComputationGraph, placement: Sequence[int] | np.ndarray, cluster: Cluster,
              param_factor: float = DEFAULT_PARAM_FACTOR) -> SimulationResult:
     """Simulate one training step of ``graph`` placed by ``placement`` on ``cluster``.
@@ -214,26 +277,7 @@ def simulate(graph: ComputationGraph, placement: Sequence[int] | np.ndarray, clu
         The makespan in seconds, per-device peak memory (bytes) and busy time
         (seconds), the OOM flag and the full schedule.
     """
-    p = check_placement(graph, placement, cluster)
-    prep = _prepare(graph)
-    m = cluster.num_devices
-    ws = Workspace(graph.num_nodes, graph.num_edges, m)
-    place_t = p[prep.order]
-    makespan, nx = sim_core(prep.cost, prep.out_bytes, prep.param_bytes, prep.sptr, prep.sdst, prep.sbytes,
-                            prep.pptr, prep.psrc, prep.indeg, place_t, cluster.speed, cluster.bandwidth, cluster.latency,
-                            float(param_factor), *ws.buffers())
-    if nx < 0:  # pragma: no cover - the graph was validated acyclic
-        raise RuntimeError("simulation deadlocked")
-    order = prep.order
-    start = np.empty(graph.num_nodes)
-    end = np.empty(graph.num_nodes)
-    start[order] = ws.start
-    end[order] = ws.end
-    schedule = Schedule(graph.ids, p.copy(), start, end, order[ws.xsrc[:nx]], ws.xa[:nx].copy(),
-                        ws.xb[:nx].copy(), ws.xbytes[:nx].copy(), ws.xs[:nx].copy(), ws.xe[:nx].copy())
-    peak = ws.peak.copy()
-    return SimulationResult(float(makespan), peak, ws.busy.copy(), bool(np.any(peak > cluster.memory)),
-                            schedule, lower_bound(graph, cluster))
+    return Simulator(graph, cluster, param_factor).simulate(placement)
 
 
 def simulate_batch(graph: ComputationGraph, placements, cluster: Cluster,
@@ -244,23 +288,7 @@ def simulate_batch(graph: ComputationGraph, placements, cluster: Cluster,
     row, without building schedules. ``check=False`` skips validation (for
     callers that produce placements themselves, e.g. search loops).
     """
-    P = np.asarray(placements)
-    if P.ndim != 2:
-        raise ValueError(f"placements must be a B x N array, got shape {P.shape}")
-    if check:
-        P = np.stack([check_placement(graph, row, cluster) for row in P]) if P.shape[0] else P.astype(np.int64)
-    prep = _prepare(graph)
-    m = cluster.num_devices
-    b = P.shape[0]
-    ws = Workspace(graph.num_nodes, graph.num_edges, m)
-    out_mk = np.zeros(b)
-    out_peak = np.zeros((b, m))
-    out_busy = np.zeros((b, m))
-    place_t = np.ascontiguousarray(P[:, prep.order], dtype=np.int64)
-    sim_batch(prep.cost, prep.out_bytes, prep.param_bytes, prep.sptr, prep.sdst, prep.sbytes, prep.pptr, prep.psrc,
-              prep.indeg, place_t, cluster.speed, cluster.bandwidth, cluster.latency, float(param_factor),
-              *ws.buffers(), out_mk, out_peak, out_busy)
-    return BatchResult(out_mk, out_peak, out_busy, np.any(out_peak > cluster.memory[None, :], axis=1))
+    return Simulator(graph, cluster, param_factor).simulate_batch(placements, check=check)
 
 
 def critical_path(graph: ComputationGraph) -> float:
