@@ -10,7 +10,7 @@ from .cluster import DEVICE_KINDS, Cluster, Device
 from .graph import ComputationGraph, Edge, Node
 from .graph_io import read_graph, write_graph
 from .placement_io import read_placement, write_placement
-from .registry import DEFAULT_GRAPH, list_graphs, load_graph
+from .registry import DEFAULT_GRAPH, SUITES, list_graphs, load_graph, load_suite
 from .simulator import (
     BatchResult,
     Schedule,
@@ -38,6 +38,6 @@ if "DevicePlacementSequential-v0" not in _gym.registry:
 __all__ = [
     "DEFAULT_GRAPH", "DEVICE_KINDS", "BatchResult", "DevicePlacementEnv", "DevicePlacementSequentialEnv", "Cluster", "ComputationGraph", "Device", "Edge", "Node",
     "Schedule", "SimulationResult", "Simulator", "check_placement", "critical_path", "layered_dag", "list_graphs",
-    "load_graph", "lower_bound", "read_graph", "read_placement", "simulate", "simulate_batch",
+    "load_graph", "load_suite", "SUITES", "lower_bound", "read_graph", "read_placement", "simulate", "simulate_batch",
     "to_training_graph", "unflatten_observation", "write_graph", "write_placement",
 ]

@@ -15,7 +15,7 @@ import sys
 
 from .cli_common import add_graph_and_cluster_args, graph_and_cluster_from_args, run_cli
 from .placement_io import read_placement
-from .registry import list_graphs, load_graph
+from .registry import SUITES, list_graphs, load_graph
 from .simulator import simulate
 
 
@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             g = load_graph(name)
             print(f"{name:<20} {g.num_nodes:>6} ops {g.num_edges:>7} edges {g.num_units:>6} units")
+        for suite, members in SUITES.items():
+            print(f"suite {suite:<14} {len(members)} graphs: {members[0]} .. {members[-1]}")
         return 0
     graph, cluster = graph_and_cluster_from_args(args)
     placement = read_placement(args.placement, graph)

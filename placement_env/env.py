@@ -70,8 +70,8 @@ class DevicePlacementEnv(PlacementEnvBase):
 
     ## Arguments
 
-    * ``graph``: shipped graph name, path, graph object, or a list of them
-      (default ``"default"``);
+    * ``graph``: shipped graph name, suite name (``"synthetic"``: a graph drawn
+      per episode), path, graph object, or a list of them (default ``"default"``);
     * ``num_devices`` (default 3 of ``device_kind``, default ``"p100"``) or ``cluster``
       (a ``Cluster`` or a cluster JSON path);
     * ``max_nodes``, ``max_devices``: padding (default: largest graph, device count);

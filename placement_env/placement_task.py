@@ -14,7 +14,7 @@ from gymnasium import spaces
 from .cluster import DEFAULT_KIND, Cluster
 from .features import STATIC_FEATURES, UnitGraph, unit_graph
 from .graph import ComputationGraph
-from .registry import load_graph
+from .registry import SUITES, load_graph, load_suite
 from .simulator import DEFAULT_PARAM_FACTOR, Simulator
 
 INITIAL_PLACEMENTS = ("single", "random", "round_robin")
@@ -35,10 +35,14 @@ def unflatten_observation(obs: dict) -> dict:
 
 
 def _resolve_graphs(graph) -> list[ComputationGraph]:
+    """A graph spec, a suite name, or a list of them, as a flat list of graphs."""
     items = list(graph) if isinstance(graph, (list, tuple)) else [graph]
     if not items:
         raise ValueError("graph: an empty list of graphs")
-    return [load_graph(g) for g in items]
+    graphs: list[ComputationGraph] = []
+    for item in items:
+        graphs += load_suite(item) if isinstance(item, str) and item in SUITES else [load_graph(item)]
+    return graphs
 
 
 def _resolve_cluster(num_devices: int | None, cluster, device_kind: str) -> Cluster:

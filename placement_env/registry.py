@@ -6,6 +6,10 @@ Shipped names (until the benchmark suites arrive):
   ``SYNTHETIC_FORWARD_OPS`` forward ops (twice as many ops in all), with the
   default :class:`~placement_env.synthetic.LayeredDagSpec` distributions;
 * ``default``: ``synthetic/0``, the graph the README's main command uses.
+
+Suites (:func:`load_suite`): ``synthetic`` is ``synthetic/0`` .. ``synthetic/16``
+(17 graphs, the size of the paper's suites); seeds from 100 up are held out
+for generalization tests.
 """
 
 from __future__ import annotations
@@ -45,6 +49,16 @@ def load_graph(source: str | os.PathLike | ComputationGraph) -> ComputationGraph
         raise FileNotFoundError(f"graph file {text!r} does not exist")
     raise ValueError(f"unknown graph {text!r}: not an existing file and not a shipped graph "
                      f"(shipped: {', '.join(list_graphs())})")
+
+
+SUITES = {"synthetic": [f"synthetic/{seed}" for seed in range(17)]}
+
+
+def load_suite(name: str) -> list[ComputationGraph]:
+    """The graphs of a suite (see :data:`SUITES`)."""
+    if name not in SUITES:
+        raise ValueError(f"unknown suite {name!r}; known suites: {', '.join(SUITES)}")
+    return [load_graph(g) for g in SUITES[name]]
 
 
 def list_graphs() -> list[str]:

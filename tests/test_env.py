@@ -248,6 +248,14 @@ def test_render_gantt_and_text(name):
     assert "makespan" in out and "gpu2" in out
 
 
+def test_suite_name_draws_a_graph_per_episode():
+    env = gym.make("DevicePlacement-v0", graph="synthetic").unwrapped
+    assert len(env.task.graphs) == 17
+    drawn = {env.reset(seed=s)[1]["graph"] for s in range(12)}
+    assert len(drawn) > 3 and drawn <= {f"synthetic/{i}" for i in range(17)}
+    assert env.task.max_nodes == max(u.num_units for u in env.task.units)
+
+
 def test_async_vector_env():
     venv = gym.make_vec("DevicePlacement-v0", num_envs=2, vectorization_mode="async", graph="synthetic/1")
     try:

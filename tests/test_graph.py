@@ -196,3 +196,13 @@ def test_layered_dag_is_seeded_and_shaped_by_its_parameters():
         layered_dag(0, density=1.5)
     with pytest.raises(ValueError, match="num_ops"):
         layered_dag(0, num_ops=0)
+
+
+def test_suites():
+    from placement_env import load_suite
+
+    suite = load_suite("synthetic")
+    assert [g.name for g in suite] == [f"synthetic/{i}" for i in range(17)]
+    assert suite[0] == load_graph("default")
+    with pytest.raises(ValueError, match="unknown suite 'ptb9'"):
+        load_suite("ptb9")
