@@ -1,17 +1,42 @@
-"""Graph encoders (FADP-GT and the paper's baselines) for the placement policy.
+"""Graph encoders: FADP-GT and the baselines of the paper, one module each, one interface.
 
-Not implemented yet: the encoders arrive with the encoders issue. Until then
-:func:`list_encoders` returns no names and :func:`get_encoder` raises
-``NotImplementedError``.
+Every encoder maps the environment's observation (as a :class:`GraphBatch`)
+to per-node embeddings and a pooled graph vector, with padding masked
+everywhere. :func:`list_encoders` gives the registered names and
+:func:`build_encoder` makes one.
 """
 
 from __future__ import annotations
 
+from .base import GraphEncoder
+from .batch import GraphBatch
+from .fadp_gt import FADPGT
+from .gat import GAT
+from .gcn import GCN
+from .gnn import GNN
+from .graphormer import Graphormer
+from .mamba import Mamba
+from .pgnn import PGNN
+from .placeto import Placeto
+from .sage import GraphSAGE
+from .transformer import Transformer
+
+ENCODERS: dict[str, type[GraphEncoder]] = {
+    cls.name: cls for cls in (FADPGT, Transformer, GCN, GAT, GraphSAGE, GNN, Graphormer, Placeto, PGNN, Mamba)
+}
+
 
 def list_encoders() -> list[str]:
-    """Names of the registered encoders (none yet)."""
-    return []
+    """Names accepted by :func:`build_encoder` (and by ``policy_kwargs=dict(encoder=...)``)."""
+    return list(ENCODERS)
 
 
-def get_encoder(name: str):
-    raise NotImplementedError(f"graph encoder {name!r}: the graph encoders are not implemented yet")
+def build_encoder(name: str, in_dim: int, **kwargs) -> GraphEncoder:
+    """The encoder called ``name`` for node features of width ``in_dim``."""
+    if name not in ENCODERS:
+        raise ValueError(f"unknown encoder {name!r}; known: {', '.join(ENCODERS)}")
+    return ENCODERS[name](in_dim, **kwargs)
+
+
+__all__ = ["ENCODERS", "GraphBatch", "GraphEncoder", "build_encoder", "list_encoders"] + [
+    c.__name__ for c in ENCODERS.values()]

@@ -1,0 +1,72 @@
+"""The stable-baselines3 features extractor: a registered graph encoder, and nothing else.
+
+Its output is one flat vector per observation, laid out as
+``[node embeddings (N*d) | graph vector (d) | device-count one-hot (D) | node mask (N) | current-unit flags (N)]``
+(:class:`FeatureLayout` packs and unpacks it), because SB3 passes features
+between its modules as a single tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import torch
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from torch import Tensor
+
+from graph_encoders import GraphBatch, build_encoder
+
+
+@dataclass(frozen=True)
+class FeatureLayout:
+    max_nodes: int
+    embed_dim: int
+    max_devices: int
+
+    @property
+    def size(self) -> int:
+        n, d, k = self.max_nodes, self.embed_dim, self.max_devices
+        return n * d + d + k + 2 * n
+
+    def pack(self, nodes: Tensor, graph: Tensor, gpu: Tensor, node_mask: Tensor, current: Tensor) -> Tensor:
+        b = nodes.shape[0]
+        return torch.cat([nodes.reshape(b, -1), graph, gpu, node_mask.float(), current.float()], dim=1)
+
+    def unpack(self, features: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """``(nodes (B, N, d), graph (B, d), gpu (B, D), node_mask (B, N) bool, current (B, N))``."""
+        n, d, k = self.max_nodes, self.embed_dim, self.max_devices
+        b = features.shape[0]
+        nodes, graph, gpu, mask, current = torch.split(features, [n * d, d, k, n, n], dim=1)
+        return nodes.reshape(b, n, d), graph, gpu, mask > 0.5, current
+
+
+def observation_sizes(space: gym.spaces.Dict) -> tuple[int, int, int]:
+    """``(max_nodes, node feature width F, max_devices)`` of a placement observation space."""
+    n = int(space["node_mask"].n)
+    f = int(space["embedding"].shape[-1] if len(space["embedding"].shape) == 2 else space["embedding"].shape[0] // n)
+    return n, f, int(space["gpu_onehot"].n)
+
+
+class GraphFeaturesExtractor(BaseFeaturesExtractor):
+    """Runs ``encoder`` (a name from ``graph_encoders.list_encoders()``) on the observation batch.
+
+    Args:
+        observation_space: the environment's ``Dict`` space.
+        encoder: encoder name (default ``"fadp-gt"``).
+        encoder_kwargs: passed to the encoder (``hidden_dim``, ``num_layers``, switches...).
+    """
+
+    def __init__(self, observation_space: gym.spaces.Dict, encoder: str = "fadp-gt",
+                 encoder_kwargs: dict | None = None) -> None:
+        n, f, k = observation_sizes(observation_space)
+        net = build_encoder(encoder, f, **(encoder_kwargs or {}))
+        layout = FeatureLayout(n, net.out_dim, k)
+        super().__init__(observation_space, features_dim=layout.size)
+        self.encoder = net
+        self.layout = layout
+
+    def forward(self, observations: dict[str, Tensor]) -> Tensor:
+        batch = GraphBatch.from_observation(observations)
+        nodes, graph = self.encoder(batch)
+        return self.layout.pack(nodes, graph, batch.gpu_onehot, batch.node_mask, batch.x[..., -1])
