@@ -59,19 +59,22 @@ def _padded_anchors(value: tuple[np.ndarray, np.ndarray], n_max: int) -> Tensor:
 
 
 class PGNNLayer(nn.Module):
-    def __init__(self, dim: int) -> None:
+    """One P-GNN layer; only the last one (``position=True``) emits the position-aware coordinates z."""
+
+    def __init__(self, dim: int, position: bool) -> None:
         super().__init__()
         self.message = nn.Sequential(nn.Linear(2 * dim, dim), nn.ReLU())
-        self.position = nn.Linear(dim, 1)
+        self.position = nn.Linear(dim, 1) if position else None
 
-    def forward(self, h: Tensor, anchor: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
-        """``h`` (B, N, d); ``anchor`` / ``weight`` (B, N, K) -> (h' (B, N, d), z (B, N, K))."""
+    def forward(self, h: Tensor, anchor: Tensor, weight: Tensor) -> tuple[Tensor, Tensor | None]:
+        """``h`` (B, N, d); ``anchor`` / ``weight`` (B, N, K) -> (h' (B, N, d), z (B, N, K) or None)."""
         b, n, d = h.shape
         k = anchor.shape[-1]
         h_anchor = torch.gather(h, 1, anchor.reshape(b, n * k, 1).expand(b, n * k, d)).view(b, n, k, d)
         pairs = torch.cat([h.unsqueeze(2).expand(b, n, k, d), h_anchor], dim=-1)
         m = weight.unsqueeze(-1) * self.message(pairs)  # (B, N, K, d)
-        return m.mean(dim=2), self.position(m).squeeze(-1)
+        z = self.position(m).squeeze(-1) if self.position is not None else None
+        return m.mean(dim=2), z
 
 
 class PGNN(GraphEncoder):
@@ -81,7 +84,7 @@ class PGNN(GraphEncoder):
                  max_distance: int = 8) -> None:
         super().__init__(in_dim, hidden_dim)
         self.embed = nn.Linear(in_dim, hidden_dim)
-        self.layers = nn.ModuleList(PGNNLayer(hidden_dim) for _ in range(num_layers))
+        self.layers = nn.ModuleList(PGNNLayer(hidden_dim, position=i == num_layers - 1) for i in range(num_layers))
         self.output = nn.Linear(hidden_dim + num_anchor_sets, hidden_dim)
         self.anchor_cache = PerGraphCache(partial(anchor_messages, num_sets=num_anchor_sets,
                                                   max_distance=max_distance))

@@ -74,7 +74,8 @@ class DevicePlacementEnv(PlacementEnvBase):
       per episode), path, graph object, or a list of them (default ``"default"``);
     * ``num_devices`` (default 3 of ``device_kind``, default ``"p100"``) or ``cluster``
       (a ``Cluster`` or a cluster JSON path);
-    * ``max_nodes``, ``max_devices``: padding (default: largest graph, device count);
+    * ``max_nodes``, ``max_devices``, ``max_edges``: padding (default: largest graph, device
+      count, most unit edges), so observations of different environments can be batched;
     * ``episode_length`` T (default 10), ``reward_scale``, ``memory_penalty`` c (default 10);
     * ``initial_placement``: ``"single"`` (default), ``"random"``, ``"round_robin"`` or a
       placer name from ``baselines`` (``"heft"``, ``"m-etf"``...);
@@ -87,11 +88,12 @@ class DevicePlacementEnv(PlacementEnvBase):
                  max_nodes: int | None = None, max_devices: int | None = None, episode_length: int = 10,
                  reward_scale: str = "relative", memory_penalty: float = 10.0, initial_placement: str = "single",
                  param_factor: float = DEFAULT_PARAM_FACTOR, device_kind: str = DEFAULT_KIND,
-                 flatten: bool = True, render_mode: str | None = None) -> None:
+                 flatten: bool = True, render_mode: str | None = None,
+                 max_edges: int | None = None) -> None:
         if int(episode_length) < 1:
             raise ValueError(f"episode_length must be >= 1, got {episode_length!r}")
         self._setup(graph, num_devices, cluster, max_nodes, max_devices, reward_scale, memory_penalty,
-                    initial_placement, param_factor, device_kind, flatten, render_mode)
+                    initial_placement, param_factor, device_kind, flatten, render_mode, max_edges)
         self.episode_length = int(episode_length)
         self.action_space = spaces.MultiDiscrete(np.full(self.task.max_nodes, self.task.max_devices))
         self._steps = 0

@@ -17,13 +17,14 @@ class PlacementEnvBase(gym.Env):
 
     def _setup(self, graph: Any, num_devices: int | None, cluster: Any, max_nodes: int | None,
                max_devices: int | None, reward_scale: str, memory_penalty: float, initial_placement: str,
-               param_factor: float, device_kind: str, flatten: bool, render_mode: str | None) -> None:
+               param_factor: float, device_kind: str, flatten: bool, render_mode: str | None,
+               max_edges: int | None = None) -> None:
         if reward_scale not in REWARD_SCALES:
             raise ValueError(f"reward_scale must be one of {REWARD_SCALES}, got {reward_scale!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.task = PlacementTask(graph, num_devices, cluster, max_nodes, max_devices, param_factor, device_kind,
-                                  flatten)
+                                  flatten, max_edges)
         self.reward_scale = reward_scale
         self.memory_penalty = float(memory_penalty)
         self.initial_placement = initial_placement

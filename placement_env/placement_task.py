@@ -66,6 +66,7 @@ class PlacementTask:
         cluster: a :class:`Cluster` or a cluster JSON path.
         max_nodes: padding for placement units (default: the largest graph's unit count).
         max_devices: padding for devices (default: the cluster's device count).
+        max_edges: padding for unit-graph edges (default: the largest graph's).
         param_factor: static bytes per parameter byte in the simulator.
         flatten: store ``embedding`` and ``edge_index`` row-major as 1-D arrays (the default,
             which stable-baselines3 expects of a ``Box``) instead of as matrices.
@@ -73,7 +74,7 @@ class PlacementTask:
 
     def __init__(self, graph="default", num_devices: int | None = None, cluster=None, max_nodes: int | None = None,
                  max_devices: int | None = None, param_factor: float = DEFAULT_PARAM_FACTOR,
-                 device_kind: str = DEFAULT_KIND, flatten: bool = True) -> None:
+                 device_kind: str = DEFAULT_KIND, flatten: bool = True, max_edges: int | None = None) -> None:
         self.flatten = bool(flatten)
         self.graphs = _resolve_graphs(graph)
         self.units: list[UnitGraph] = [unit_graph(g) for g in self.graphs]
@@ -89,7 +90,11 @@ class PlacementTask:
         self.max_devices = m if max_devices is None else int(max_devices)
         if m > self.max_devices:
             raise ValueError(f"the cluster has {m} devices, more than max_devices={self.max_devices}")
-        self.max_edges = max(1, max(u.num_edges for u in self.units))
+        most_edges = max(u.num_edges for u in self.units)
+        self.max_edges = max(1, most_edges) if max_edges is None else int(max_edges)
+        for g, u in zip(self.graphs, self.units):
+            if u.num_edges > self.max_edges:
+                raise ValueError(f"graph {g.name!r} has {u.num_edges} unit edges, more than max_edges={self.max_edges}")
         self.num_features = len(STATIC_FEATURES) + self.max_devices + 1
         self._simulators: dict[int, Simulator] = {}
         self._initial: dict[tuple[int, str], np.ndarray] = {}

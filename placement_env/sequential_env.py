@@ -65,13 +65,14 @@ class DevicePlacementSequentialEnv(PlacementEnvBase):
                  max_nodes: int | None = None, max_devices: int | None = None, traversal_order: str = "topological",
                  passes: int = 1, reward_scale: str = "relative", memory_penalty: float = 10.0,
                  initial_placement: str = "single", param_factor: float = DEFAULT_PARAM_FACTOR,
-                 device_kind: str = DEFAULT_KIND, flatten: bool = True, render_mode: str | None = None) -> None:
+                 device_kind: str = DEFAULT_KIND, flatten: bool = True, render_mode: str | None = None,
+                 max_edges: int | None = None) -> None:
         if traversal_order not in TRAVERSAL_ORDERS:
             raise ValueError(f"unknown traversal_order {traversal_order!r}; use one of {', '.join(TRAVERSAL_ORDERS)}")
         if int(passes) < 1:
             raise ValueError(f"passes must be >= 1, got {passes!r}")
         self._setup(graph, num_devices, cluster, max_nodes, max_devices, reward_scale, memory_penalty,
-                    initial_placement, param_factor, device_kind, flatten, render_mode)
+                    initial_placement, param_factor, device_kind, flatten, render_mode, max_edges)
         self.traversal_order = traversal_order
         self.passes = int(passes)
         self.action_space = spaces.Discrete(self.task.max_devices)

@@ -1,0 +1,138 @@
+"""The placement policy under stable-baselines3, the REINFORCE agent and checkpoints."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from sb3_contrib import MaskablePPO
+from stable_baselines3 import A2C, PPO
+from stable_baselines3.common.distributions import MultiCategoricalDistribution
+
+import placement_env  # noqa: F401
+from agents import (MaskablePlacementPolicy, PlacementNetwork, PlacementPolicy, ReinforceConfig, load_network,
+                    make_sb3, place_graph, save_network, train_reinforce)
+from agents.distributions import NodeCategoricalDistribution
+from graph_encoders import list_encoders
+from placement_env import Cluster, ComputationGraph, Device, Edge, Node, layered_dag, simulate
+from placement_env.simulator import check_placement
+
+SMALL = layered_dag(3, num_ops=10, name="small")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def two_chains(length: int = 8) -> tuple[ComputationGraph, Cluster]:
+    """A heavy chain (matmuls, 1 s each) and a light one (convolutions, 0.5 s), a device of speed 2 and one of
+    speed 1, slow links: the optimum, 4 s, puts the heavy chain on the fast device and the light one on the
+    slow device; swapped they take 8 s, all on the fast device 6 s."""
+    nodes = [Node(f"a{i}", "matmul", 1.0, 1000) for i in range(length)] + \
+        [Node(f"b{i}", "conv2d", 0.5, 1000) for i in range(length)]
+    edges = [Edge(f"a{i}", f"a{i + 1}") for i in range(length - 1)] + \
+        [Edge(f"b{i}", f"b{i + 1}") for i in range(length - 1)]
+    cluster = Cluster([Device("fast", 2.0, 10**9), Device("slow", 1.0, 10**9)], np.full((2, 2), 1e4),
+                      np.full((2, 2), 0.3))
+    return ComputationGraph(nodes, edges, name="two-chains"), cluster
+
+
+def test_node_distribution_matches_sb3_multicategorical():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 7 * 3)
+    actions = torch.randint(0, 3, (5, 7))
+    ours = NodeCategoricalDistribution(7, 3).proba_distribution(logits)
+    sb3 = MultiCategoricalDistribution([3] * 7).proba_distribution(logits)
+    torch.testing.assert_close(ours.log_prob(actions), sb3.log_prob(actions))
+    torch.testing.assert_close(ours.entropy(), sb3.entropy())
+    assert torch.equal(ours.mode(), sb3.mode())
+
+
+@pytest.mark.parametrize("encoder", list_encoders())
+def test_every_encoder_trains_under_ppo(encoder):
+    env = gym.make("DevicePlacement-v0", graph=SMALL, episode_length=4, max_devices=4)  # one padded device
+    model = PPO(PlacementPolicy, env, n_steps=32, batch_size=16, n_epochs=1, seed=0,
+                policy_kwargs=dict(encoder=encoder, encoder_kwargs=dict(hidden_dim=16)))
+    before = [p.detach().clone() for p in model.policy.features_extractor.parameters()]
+    model.learn(total_timesteps=32)
+    after = list(model.policy.features_extractor.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after))  # the encoder was updated
+    obs, _ = env.reset(seed=0)
+    for _ in range(5):
+        action, _ = model.predict(obs)
+        assert action.shape == (env.unwrapped.task.max_nodes,)
+        assert action[:SMALL.num_units].max() < 3  # the padded device is masked
+        obs, *_ = env.step(action)
+
+
+def test_a2c_and_maskable_ppo_on_the_sequential_env():
+    env = gym.make("DevicePlacement-v0", graph=SMALL, episode_length=4)
+    A2C(PlacementPolicy, env, n_steps=8, seed=0, policy_kwargs=dict(encoder="gcn")).learn(32)
+    senv = gym.make("DevicePlacementSequential-v0", graph=SMALL, max_devices=4)
+    model = MaskablePPO(MaskablePlacementPolicy, senv, n_steps=32, batch_size=16, n_epochs=1, seed=0,
+                        policy_kwargs=dict(encoder="fadp-gt", encoder_kwargs=dict(hidden_dim=16)))
+    model.learn(32)
+    obs, _ = senv.reset(seed=0)
+    action, _ = model.predict(obs, action_masks=senv.unwrapped.action_masks())
+    assert 0 <= int(action) < 3
+
+
+def test_ppo_with_fadp_gt_learns_the_optimal_placement_and_random_search_does_not():
+    graph, cluster = two_chains()
+    optimum = simulate(graph, [0] * 8 + [1] * 8, cluster).makespan
+    assert optimum == 4.0
+    budget = 1024
+    env = gym.make("DevicePlacement-v0", graph=graph, cluster=cluster, episode_length=1)
+    model = make_sb3("ppo", env, encoder="fadp-gt", n_steps=64, batch_size=64, seed=0, learning_rate=1e-3)
+    model.learn(total_timesteps=budget)
+    obs, _ = env.reset(seed=0)
+    action, _ = model.predict(obs, deterministic=True)
+    _, _, _, _, info = env.step(action)
+    assert info["makespan"] <= 1.05 * optimum
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    best_random = min(env.step(rng.integers(0, 2, 16))[4]["makespan"] for _ in range(budget))
+    assert best_random > 1.05 * optimum
+
+
+def test_reinforce_runs_the_papers_loop_and_checkpoints_round_trip(tmp_path):
+    env = gym.make("DevicePlacement-v0", graph=SMALL, episode_length=3)
+    config = ReinforceConfig(encoder="gcn", encoder_kwargs={"hidden_dim": 16}, episodes=6, seed=0)
+    net, history = train_reinforce(env, config)
+    assert [h["episode"] for h in history] == list(range(6))
+    assert all(np.isfinite(h["return"]) and h["best_makespan"] > 0 for h in history)
+    again, history2 = train_reinforce(env, config)
+    assert [h["return"] for h in history] == [h["return"] for h in history2]  # seeded
+    path = tmp_path / "agent.pt"
+    save_network(net, config, path, env.observation_space)
+    loaded, loaded_config, _ = load_network(path)
+    assert loaded_config == config
+    obs, _ = env.reset(seed=0)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(obs), net(obs))
+
+
+def test_place_an_unseen_graph_with_a_saved_policy(tmp_path):
+    train_graph = layered_dag(3, num_ops=10, name="train")
+    unseen = layered_dag(103, num_ops=8, name="unseen")
+    env = gym.make("DevicePlacement-v0", graph=train_graph, episode_length=2, max_nodes=16, max_edges=64)
+    model = make_sb3("ppo", env, encoder="gat", encoder_kwargs={"hidden_dim": 16}, n_steps=16, batch_size=16,
+                     n_epochs=1, seed=0)
+    model.learn(16)
+    model.save(tmp_path / "ppo.zip")
+    placement, makespan = place_graph(tmp_path / "ppo.zip", unseen, steps=2)
+    cluster = Cluster.preset("p100", 3)
+    check_placement(unseen, placement, cluster)
+    assert simulate(unseen, placement, cluster).makespan == makespan
+    config = ReinforceConfig(encoder="transformer", encoder_kwargs={"hidden_dim": 16}, episodes=2)
+    net, _ = train_reinforce(env, config)
+    save_network(net, config, tmp_path / "r.pt", env.observation_space)
+    placement, makespan = place_graph(tmp_path / "r.pt", unseen, steps=2)
+    assert simulate(unseen, placement, cluster).makespan == makespan
+    with pytest.raises(ValueError, match="more than max_nodes=16"):
+        place_graph(tmp_path / "r.pt", layered_dag(0, num_ops=40))
+    with pytest.raises(FileNotFoundError):
+        place_graph(tmp_path / "missing.pt", unseen)
