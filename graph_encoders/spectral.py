@@ -25,6 +25,7 @@ convolution of FAGA supplies).
 from __future__ import annotations
 
 import numpy as np
+import torch
 from scipy.sparse import csr_matrix, diags, identity
 
 from .structure import symmetric_adjacency
@@ -106,10 +107,8 @@ def normalized_frequency_maps(edges: np.ndarray, n: int, tau: float = DEFAULT_TA
     return row_normalize(a_low).astype(np.float32), row_normalize(a_high).astype(np.float32)
 
 
-def padded_maps(maps: tuple[np.ndarray, np.ndarray], n_max: int) -> "torch.Tensor":
+def padded_maps(maps: tuple[np.ndarray, np.ndarray], n_max: int) -> torch.Tensor:
     """(3, N, N) float32: the two normalized maps and a plane of ones (for the 1x1 convolution's bias)."""
-    import torch
-
     n = maps[0].shape[0]
     out = torch.zeros(3, n_max, n_max)
     out[0, :n, :n] = torch.from_numpy(maps[0])

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import heapq
 
-import numpy as np
-
 from .cluster import Cluster
 from .graph import ComputationGraph
 

@@ -9,7 +9,7 @@ from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import placement_env  # noqa: F401 - registers the environments
-from placement_env import Cluster, layered_dag, simulate, unflatten_observation
+from placement_env import layered_dag, simulate, unflatten_observation
 from placement_env.features import STATIC_FEATURES
 from placement_env.traversal import TRAVERSAL_ORDERS, traversal_order
 from placement_env.features import unit_graph

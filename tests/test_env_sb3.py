@@ -3,7 +3,6 @@
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 from sb3_contrib import MaskablePPO
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.env_util import make_vec_env
@@ -13,14 +12,6 @@ import placement_env  # noqa: F401
 from placement_env import layered_dag
 
 SMALL = layered_dag(3, num_ops=12, name="small")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("algo", [PPO, A2C])

@@ -9,7 +9,7 @@ from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.distributions import MultiCategoricalDistribution
 
 import placement_env  # noqa: F401
-from agents import (MaskablePlacementPolicy, PlacementNetwork, PlacementPolicy, ReinforceConfig, load_network,
+from agents import (MaskablePlacementPolicy, PlacementPolicy, ReinforceConfig, load_network,
                     make_sb3, place_graph, save_network, train_reinforce)
 from agents.distributions import NodeCategoricalDistribution
 from graph_encoders import list_encoders
@@ -17,14 +17,6 @@ from placement_env import Cluster, ComputationGraph, Device, Edge, Node, layered
 from placement_env.simulator import check_placement
 
 SMALL = layered_dag(3, num_ops=10, name="small")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def two_chains(length: int = 8) -> tuple[ComputationGraph, Cluster]:
