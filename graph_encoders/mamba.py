@@ -52,13 +52,13 @@ class MambaBlock(nn.Module):
         dt = F.softplus(self.dt_proj(u))  # (B, L, inner)
         bmat, cmat = self.b_proj(u), self.c_proj(u)  # (B, L, state)
         a = -torch.exp(self.a_log)  # (inner, state)
-        decay = torch.exp(dt.unsqueeze(-1) * a)  # (B, L, inner, state)
-        drive = (dt * u).unsqueeze(-1) * bmat.unsqueeze(2)  # (B, L, inner, state)
+        # step through the sequence on unbound per-step slices: slicing one (B, L, inner, state)
+        # tensor per step would make every backward step allocate a gradient of the whole tensor
         h = torch.zeros(b, u.shape[-1], a.shape[-1], device=x.device)
         ys = []
-        for t in range(length):
-            h = decay[:, t] * h + drive[:, t]
-            ys.append((h * cmat[:, t].unsqueeze(1)).sum(-1))
+        for dt_t, u_t, b_t, c_t in zip(dt.unbind(1), u.unbind(1), bmat.unbind(1), cmat.unbind(1)):
+            h = torch.exp(dt_t.unsqueeze(-1) * a) * h + (dt_t * u_t).unsqueeze(-1) * b_t.unsqueeze(1)
+            ys.append((h * c_t.unsqueeze(1)).sum(-1))
         y = torch.stack(ys, dim=1) + self.d * u
         return x + self.out_proj(y * F.silu(z))
 

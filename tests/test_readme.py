@@ -20,6 +20,15 @@ def test_readme_api_examples_run(capsys):
     assert "OpInterval" in capsys.readouterr().out
 
 
+def test_readme_sb3_usage_runs():
+    block = next(b for b in python_blocks() if "PlacementPolicy" in b)
+    assert len(block.strip().splitlines()) == 3
+    namespace = {}
+    exec(compile(block.replace(".learn(2048)", ".learn(32)").replace("PPO(PlacementPolicy, ",
+                 "PPO(PlacementPolicy, n_steps=32, batch_size=32, n_epochs=1, env="), "README.md", "exec"), namespace)
+    assert namespace["model"].num_timesteps >= 32
+
+
 def test_readme_worked_example_is_the_shipped_script_and_runs():
     script = README.parent / "examples" / "ppo_quickstart.py"
     assert script.read_text() in python_blocks()
