@@ -96,7 +96,7 @@ def train_reinforce(env: gym.Env, config: ReinforceConfig = ReinforceConfig(),
                     network: PlacementNetwork | None = None, time_budget: float | None = None,
                     callback=None) -> tuple[PlacementNetwork, list[dict]]:
     """Train on ``env`` (a ``DevicePlacement-v0``); returns the network and one record per episode
-    (``episode``, ``return``, ``best_makespan`` s, ``best_placement``, ``seconds``)."""
+    (``episode``, ``return``, ``best_makespan`` s, ``best_oom``, ``best_placement``, ``seconds``)."""
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     net = network or PlacementNetwork(env.observation_space, config.encoder, config.encoder_kwargs,
@@ -130,7 +130,8 @@ def train_reinforce(env: gym.Env, config: ReinforceConfig = ReinforceConfig(),
         loss.backward()
         optimizer.step()
         record = {"episode": episode, "return": float(sum(rewards)), "best_makespan": info["best_makespan"],
-                  "best_placement": info["best_placement"], "seconds": time.perf_counter() - start}
+                  "best_oom": info["best_oom"], "best_placement": info["best_placement"],
+                  "seconds": time.perf_counter() - start}
         history.append(record)
         if callback is not None and callback(record) is False:
             break

@@ -65,8 +65,9 @@ class DevicePlacementEnv(PlacementEnvBase):
 
     ``info`` after every step: ``makespan`` (s), ``peak_memory`` (bytes per
     device), ``busy`` (s per device), ``oom``, ``lb_ratio`` (makespan / lower
-    bound), ``best_placement`` (device per node) and ``best_makespan`` (s) of
-    the best placement seen in the episode (feasible ones first), ``graph``.
+    bound), ``best_placement`` (device per node), ``best_makespan`` (s) and
+    ``best_oom`` of the best placement seen in the episode (feasible ones
+    first), ``graph``.
 
     ## Arguments
 

@@ -253,7 +253,7 @@ class Episode:
         lb = self.task.simulator(self.gi).lower_bound
         return {"makespan": self.makespan, "peak_memory": self.peak.copy(), "busy": self.busy.copy(),
                 "oom": self.oom, "lb_ratio": self.makespan / lb, "best_placement": self.best_nodes.copy(),
-                "best_makespan": self.best[1], "graph": self.task.graphs[self.gi].name}
+                "best_makespan": self.best[1], "best_oom": self.best[0], "graph": self.task.graphs[self.gi].name}
 
     def render(self, mode: str, header: str):
         from .render import gantt_rgb, summary_text

@@ -85,9 +85,3 @@ def test_comparison_command_rejects_unknown_placer(capsys):
 def test_graphs_command_lists_shipped_graphs(capsys):
     assert env_main(["graphs"]) == 0
     assert "default" in capsys.readouterr().out
-
-
-def test_train_script_says_it_is_not_implemented():
-    out = run("train.py")
-    assert out.returncode == 2
-    assert "not implemented yet" in out.stderr

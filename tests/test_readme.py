@@ -41,7 +41,7 @@ def test_readme_worked_example_is_the_shipped_script_and_runs():
 def test_readme_opens_with_the_two_commands():
     text = README.read_text()
     commands = re.findall(r"```bash\n(.*?)```", text, re.S)[:2]
-    assert "pip install torch==2.13.0" in commands[0] and "python -m baselines --graph default" in commands[0]
+    assert "pip install torch==2.13.0" in commands[0] and commands[0].strip().endswith("python train.py")
     assert "python -m pytest" in commands[1]
     ci = (README.parent / ".ci" / "run").read_text()
     assert "pip install -q torch==2.13.0" in ci and 'pip install -q -e ".[test]"' in ci and "python -m pytest" in ci

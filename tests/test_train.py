@@ -1,0 +1,76 @@
+"""train.py end to end: every encoder and algorithm with a tiny budget, outputs, resume, bad arguments."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import train
+from graph_encoders import list_encoders
+from placement_env import Cluster, layered_dag, read_placement, simulate, write_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTPUTS = ("placement.json", "results.json", "learning_curve.png", "gantt.png", "tracker.json")
+
+
+@pytest.fixture(scope="module")
+def graph_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("graphs") / "tiny.json.gz"
+    write_graph(layered_dag(5, num_ops=10, name="tiny"), path)
+    return path
+
+
+def run(graph_file, out, *extra):
+    argv = ["--graph", str(graph_file), "--out", str(out), "--progress", "off", "--hidden-dim", "16", *extra]
+    assert train.main(argv) == 0
+    return json.loads((out / "results.json").read_text())
+
+
+def check_outputs(graph_file, out, results):
+    for name in OUTPUTS:
+        assert (out / name).exists(), name
+    graph = layered_dag(5, num_ops=10, name="tiny")
+    placement = read_placement(out / "placement.json", graph)
+    assert simulate(graph, placement, Cluster.preset("p100", 3)).makespan == results["makespan"]
+    assert results["lb_ratio"] >= 1.0 and results["search_seconds"] > 0
+    assert set(results["baselines"]) == {"single", "heft", "m-etf", "metis"}
+    assert results["versions"]["torch"] and results["hyperparameters"]["seed"] == 0
+
+
+@pytest.mark.parametrize("encoder", list_encoders())
+def test_every_encoder_with_ppo(graph_file, tmp_path, encoder):
+    results = run(graph_file, tmp_path, "--encoder", encoder, "--timesteps", "16")
+    check_outputs(graph_file, tmp_path, results)
+    assert results["encoder"] == encoder
+
+
+@pytest.mark.parametrize("algo, extra", [("a2c", ["--timesteps", "16"]), ("reinforce", ["--episodes", "3"]),
+                                         ("maskable-ppo", ["--timesteps", "16"])])
+def test_every_algorithm(graph_file, tmp_path, algo, extra):
+    results = run(graph_file, tmp_path, "--algo", algo, "--encoder", "gcn", *extra)
+    check_outputs(graph_file, tmp_path, results)
+    assert (tmp_path / ("checkpoint.pt" if algo == "reinforce" else "checkpoint.zip")).exists()
+
+
+def test_resume_continues_from_the_checkpoint(graph_file, tmp_path):
+    first = run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "16")
+    second = run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "32", "--resume")
+    assert second["steps"] > first["steps"]
+    assert second["makespan"] <= first["makespan"]  # the best placement carries over
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--encoder", "bert"], "unknown encoder 'bert'"),
+    (["--graph", "no/such/file.json"], "no/such/file.json"),
+    (["--devices", "0"], "--devices must be >= 1"),
+    (["--algo", "sac"], "unknown algorithm 'sac'"),
+    (["--timesteps", "ten"], "invalid int value"),
+])
+def test_bad_arguments_end_with_one_line_and_exit_2(tmp_path, args, message):
+    out = subprocess.run([sys.executable, "train.py", "--out", str(tmp_path), *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    err = out.stderr.strip()
+    assert err.startswith("error:") and message in err and "\n" not in err
