@@ -27,7 +27,7 @@ def make(name, **kw):
 
 
 @pytest.mark.parametrize("name", ENVS)
-@pytest.mark.parametrize("graphs", [SMALL, [SMALL, SMALL2]])
+@pytest.mark.parametrize("graphs", [SMALL, [SMALL, SMALL2], "synthetic"])
 def test_env_checkers_pass_without_warnings(name, graphs):
     env = make(name, graph=graphs)
     with warnings.catch_warnings(record=True) as caught:
