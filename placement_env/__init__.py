@@ -24,6 +24,7 @@ from .simulator import (
 )
 from .synthetic import layered_dag
 from .training_graph import to_training_graph
+from .torch_import import from_torch
 from .env import DevicePlacementEnv
 from .placement_task import unflatten_observation
 from .sequential_env import DevicePlacementSequentialEnv
@@ -39,5 +40,5 @@ __all__ = [
     "DEFAULT_GRAPH", "DEVICE_KINDS", "BatchResult", "DevicePlacementEnv", "DevicePlacementSequentialEnv", "Cluster", "ComputationGraph", "Device", "Edge", "Node",
     "Schedule", "SimulationResult", "Simulator", "check_placement", "critical_path", "layered_dag", "list_graphs",
     "load_graph", "load_suite", "SUITES", "lower_bound", "read_graph", "read_placement", "simulate", "simulate_batch",
-    "to_training_graph", "unflatten_observation", "write_graph", "write_placement",
+    "from_torch", "to_training_graph", "unflatten_observation", "write_graph", "write_placement",
 ]

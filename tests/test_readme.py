@@ -14,8 +14,8 @@ def python_blocks() -> list[str]:
 
 def test_readme_api_examples_run(capsys):
     blocks = python_blocks()
-    assert len(blocks) >= 3, "the README lost an example"
-    for code in blocks[:2]:  # the simulator API and the environment constructors
+    assert len(blocks) >= 4, "the README lost an example"
+    for code in blocks[:3]:  # the simulator API, placing a PyTorch model, the environment constructors
         exec(compile(code, "README.md", "exec"), {})
     assert "OpInterval" in capsys.readouterr().out
 

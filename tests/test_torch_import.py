@@ -1,0 +1,121 @@
+"""from_torch: tracing PyTorch models into computation graphs."""
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from placement_env import Cluster, from_torch, simulate
+from placement_env.torch_import import ROOFLINE_DEVICES
+
+
+def total_flops(model, x):
+    with FlopCounterMode(display=False) as counter:
+        model(x)
+    return counter.get_total_flops()
+
+
+class BranchyCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.left = nn.Conv2d(8, 8, 3, padding=1)
+        self.right = nn.Conv2d(8, 8, 1)
+        self.head = nn.Linear(16 * 8 * 8, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.stem(x))
+        z = torch.cat([self.left(y), torch.relu(self.right(y))], dim=1)
+        return self.head(z.flatten(1))
+
+
+class Shared(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.block(torch.tanh(self.block(x)))
+
+
+class UnrolledRNN(nn.Module):
+    def __init__(self, steps=4):
+        super().__init__()
+        self.cell = nn.LSTMCell(8, 16)
+        self.out = nn.Linear(16, 4)
+        self.steps = steps
+
+    def forward(self, x):
+        h = c = torch.zeros(x.shape[0], 16)
+        for t in range(self.steps):
+            h, c = self.cell(x[:, t], (h, c))
+        return self.out(h)
+
+
+class DataDependent(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+MODELS = {
+    "mlp": (nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)), torch.randn(4, 32)),
+    "cnn": (BranchyCNN(), torch.randn(2, 3, 8, 8)),
+    "shared": (Shared(), torch.randn(3, 16)),
+    "rnn": (UnrolledRNN(), torch.randn(2, 4, 8)),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_traced_graph_flops_match_the_flop_counter(name):
+    model, x = MODELS[name]
+    model.eval()
+    g = from_torch(model, x, training=False)
+    assert sum(n.flops for n in g.nodes) == total_flops(model, x)
+    assert g.nodes[0].op == "input" and g.nodes[0].output_bytes == x.numel() * 4
+    out = model(x)
+    sinks = [g.nodes[i] for i in range(g.num_nodes) if g.out_degree[i] == 0]
+    assert any(s.output_bytes == out.numel() * 4 for s in sinks)
+    params = sum(p.numel() * 4 for p in model.parameters())
+    assert sum(n.param_bytes for n in g.nodes) == params  # every parameter charged exactly once
+
+
+def test_linear_flops_and_bytes_by_hand():
+    g = from_torch(nn.Linear(32, 10), torch.randn(4, 32), training=False)
+    (lin,) = [n for n in g.nodes if n.op != "input"]
+    assert lin.flops == 2 * 4 * 32 * 10
+    assert lin.output_bytes == 4 * 10 * 4 and lin.param_bytes == (32 * 10 + 10) * 4
+    roof = ROOFLINE_DEVICES["p100"]
+    moved = lin.output_bytes + 4 * 32 * 4 + lin.param_bytes
+    expected = max(lin.flops / (roof.peak_flops * roof.compute_efficiency),
+                   moved / (roof.bandwidth * roof.memory_efficiency)) + roof.launch_overhead
+    assert lin.cost == pytest.approx(expected)
+
+
+def test_shared_submodule_is_charged_once_and_views_are_colocated():
+    g = from_torch(*MODELS["shared"], training=False)
+    linears = [n for n in g.nodes if n.op == "linear"]
+    assert len(linears) == 2 and sorted(n.param_bytes for n in linears) == [0, (16 * 16 + 16) * 4]
+    cnn = from_torch(*MODELS["cnn"], training=False)
+    flat = next(n for n in cnn.nodes if n.op == "flatten")
+    producer = cnn.nodes[int(cnn.predecessors[1][cnn.predecessors[0][cnn.index_of(flat.id)]])]
+    assert flat.colocation is not None and flat.colocation == producer.colocation
+
+
+def test_training_graph_simulates_and_profiling_measures():
+    model, x = MODELS["cnn"]
+    g = from_torch(model, x)
+    assert g.num_nodes == 2 * from_torch(model, x, training=False).num_nodes
+    assert {n.phase for n in g.nodes} == {"forward", "backward"}
+    r = simulate(g, g.expand_unit_placement([u % 2 for u in range(g.num_units)]), Cluster.preset("p100", 2))
+    assert r.makespan > 0 and not r.oom
+    measured = from_torch(model, x, training=False, profile=True, repeats=3)
+    assert all(n.cost > 0 for n in measured.nodes if n.op != "input")
+
+
+def test_untraceable_module_names_the_module_and_the_reasons():
+    with pytest.raises(ValueError, match="cannot trace module DataDependent: torch.export failed .*torch.fx failed"):
+        from_torch(DataDependent(), torch.randn(3))
+    with pytest.raises(ValueError, match="unknown device kind 'tpu'"):
+        from_torch(nn.Linear(2, 2), torch.randn(1, 2), device_kind="tpu")
