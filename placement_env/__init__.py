@@ -24,12 +24,20 @@ from .simulator import (
 )
 from .synthetic import layered_dag
 from .training_graph import to_training_graph
-from .torch_import import from_torch
 from .env import DevicePlacementEnv
 from .placement_task import unflatten_observation
 from .sequential_env import DevicePlacementSequentialEnv
 
 import gymnasium as _gym
+
+
+def from_torch(module, example_inputs, **kwargs):
+    """Trace a PyTorch module into a :class:`ComputationGraph` (see :mod:`placement_env.torch_import`;
+    imported on first use, so that the simulator does not load torch)."""
+    from .torch_import import from_torch as _from_torch
+
+    return _from_torch(module, example_inputs, **kwargs)
+
 
 if "DevicePlacement-v0" not in _gym.registry:
     _gym.register(id="DevicePlacement-v0", entry_point="placement_env.env:DevicePlacementEnv")
