@@ -205,12 +205,12 @@ def write_outputs(args, out: Path, tracker: BestTracker, steps: int, search_seco
     import matplotlib.pyplot as plt
 
     from baselines import PLACERS, PlacementInfeasibleError
-    from placement_env import Cluster, load_graph, simulate, write_placement
-    from placement_env.placement_task import _resolve_graphs
+    from placement_env import Cluster, simulate, write_placement
+    from placement_env.placement_task import resolve_graphs
     from placement_env.render import gantt_rgb
 
     t0 = time.perf_counter()
-    graph = _resolve_graphs(args.graph)[0]
+    graph = resolve_graphs(args.graph)[0]
     cluster = Cluster.from_json(args.cluster) if args.cluster else \
         Cluster.preset(args.device_kind, 3 if args.devices is None else args.devices)
     if tracker.placement is None or len(tracker.placement) != graph.num_nodes:
@@ -281,9 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     check_args(args)
     from placement_env import Cluster
-    from placement_env.placement_task import _resolve_graphs
+    from placement_env.placement_task import resolve_graphs
 
-    _resolve_graphs(args.graph)  # a missing or malformed graph fails now, with its name
+    resolve_graphs(args.graph)  # a missing or malformed graph fails now, with its name
     if args.cluster:
         Cluster.from_json(args.cluster)
     out = Path(args.out)

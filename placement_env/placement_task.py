@@ -34,7 +34,7 @@ def unflatten_observation(obs: dict) -> dict:
     return out
 
 
-def _resolve_graphs(graph) -> list[ComputationGraph]:
+def resolve_graphs(graph) -> list[ComputationGraph]:
     """A graph spec, a suite name, or a list of them, as a flat list of graphs."""
     items = list(graph) if isinstance(graph, (list, tuple)) else [graph]
     if not items:
@@ -76,7 +76,7 @@ class PlacementTask:
                  max_devices: int | None = None, param_factor: float = DEFAULT_PARAM_FACTOR,
                  device_kind: str = DEFAULT_KIND, flatten: bool = True, max_edges: int | None = None) -> None:
         self.flatten = bool(flatten)
-        self.graphs = _resolve_graphs(graph)
+        self.graphs = resolve_graphs(graph)
         self.units: list[UnitGraph] = [unit_graph(g) for g in self.graphs]
         self.cluster = _resolve_cluster(num_devices, cluster, device_kind)
         self.param_factor = float(param_factor)
