@@ -8,11 +8,13 @@
 
 Top to bottom: parse and check the arguments; build the environment(s) and
 the agent; train until ``--timesteps`` / ``--episodes`` or ``--budget-seconds``
-(Ctrl-C stops cleanly), tracking the best placement any episode found
-(feasible ones first); then simulate it, place the graph with the classical
-placers, and write to ``--out``: ``placement.json`` (the spec's placement
-format), ``results.json``, ``learning_curve.png``, ``gantt.png``, the
-checkpoint, and TensorBoard logs (SB3 algorithms).
+(Ctrl-C stops cleanly), tracking the best placement any episode found for
+each graph (feasible ones first); then simulate it, place the graph with the
+classical placers, and write to ``--out``: ``placement.json`` (the spec's
+placement format; with a suite, the first graph's, plus ``placements/`` with
+every graph's), ``results.json`` (per graph under ``graphs``),
+``learning_curve.png``, ``gantt.png``, the checkpoint, and TensorBoard logs
+(SB3 algorithms).
 
 Search time is the wall time of training plus the final simulation of the
 best placement; loading the graph and building the agent are excluded.
@@ -84,28 +86,28 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 class BestTracker:
-    """The best placement seen in any episode, feasible first, and the learning curve."""
+    """The best placement of each graph seen in any episode (feasible first), and the learning curve:
+    the best makespans so far, averaged over the graphs seen."""
 
     def __init__(self) -> None:
-        self.best = (True, float("inf"))
-        self.placement: np.ndarray | None = None
-        self.curve: list[tuple[int, float]] = []  # (steps, best makespan so far, s)
+        self.best: dict[str, tuple[tuple[bool, float], list[int]]] = {}
+        self.curve: list[tuple[int, float]] = []  # (environment steps, seconds)
 
     def update(self, info: dict, steps: int) -> None:
         key = (bool(info["best_oom"]), float(info["best_makespan"]))
-        if info.get("best_placement") is not None and key < self.best:
-            self.best = key
-            self.placement = np.asarray(info["best_placement"]).copy()
-        if not self.curve or self.curve[-1][1] != self.best[1] or steps - self.curve[-1][0] >= 64:
-            self.curve.append((steps, self.best[1]))
+        name = info["graph"]
+        if info.get("best_placement") is not None and (name not in self.best or key < self.best[name][0]):
+            self.best[name] = (key, np.asarray(info["best_placement"]).tolist())
+        level = float(np.mean([k[1] for k, _ in self.best.values()]))
+        if not self.curve or self.curve[-1][1] != level or steps - self.curve[-1][0] >= 64:
+            self.curve.append((steps, level))
 
     def state(self) -> dict:
-        return {"best": list(self.best), "placement": None if self.placement is None else self.placement.tolist(),
+        return {"best": {name: [list(key), placement] for name, (key, placement) in self.best.items()},
                 "curve": self.curve}
 
     def load(self, state: dict) -> None:
-        self.best = (bool(state["best"][0]), float(state["best"][1]))
-        self.placement = None if state["placement"] is None else np.asarray(state["placement"])
+        self.best = {name: ((bool(k[0]), float(k[1])), p) for name, (k, p) in state["best"].items()}
         self.curve = [tuple(x) for x in state["curve"]]
 
 
@@ -210,26 +212,37 @@ def write_outputs(args, out: Path, tracker: BestTracker, steps: int, search_seco
     from placement_env.render import gantt_rgb
 
     t0 = time.perf_counter()
-    graph = resolve_graphs(args.graph)[0]
     cluster = Cluster.from_json(args.cluster) if args.cluster else \
         Cluster.preset(args.device_kind, 3 if args.devices is None else args.devices)
-    if tracker.placement is None or len(tracker.placement) != graph.num_nodes:
-        raise RuntimeError("training ended before any placement of the graph was evaluated")
-    result = simulate(graph, tracker.placement, cluster)
+    graphs = [g for g in resolve_graphs(args.graph) if g.name in tracker.best]
+    if not graphs:
+        raise RuntimeError("training ended before any placement was evaluated")
+    per_graph, results_of = [], {}
+    for graph in graphs:
+        placement = np.asarray(tracker.best[graph.name][1])
+        result = simulate(graph, placement, cluster)
+        results_of[graph.name] = result
+        compared = {}
+        for name in COMPARED_PLACERS:
+            try:
+                compared[name] = simulate(graph, PLACERS[name](graph, cluster, args.seed), cluster).makespan
+            except PlacementInfeasibleError as exc:
+                compared[name] = f"infeasible: {exc}"
+        per_graph.append({"graph": graph.name, "makespan": result.makespan, "lower_bound": result.lower_bound,
+                          "lb_ratio": result.lb_ratio, "peak_memory": [int(x) for x in result.peak_memory],
+                          "oom": result.oom, "baselines": compared})
+        if len(graphs) > 1:
+            (out / "placements").mkdir(exist_ok=True)
+            write_placement(placement, out / "placements" / f"{graph.name.replace('/', '_')}.json")
     search_seconds += time.perf_counter() - t0
-    compared = {}
-    for name in COMPARED_PLACERS:
-        try:
-            compared[name] = simulate(graph, PLACERS[name](graph, cluster, args.seed), cluster).makespan
-        except PlacementInfeasibleError as exc:
-            compared[name] = f"infeasible: {exc}"
-    write_placement(tracker.placement, out / "placement.json")
+    graph, first = graphs[0], per_graph[0]
+    result, compared = results_of[graph.name], first["baselines"]
+    write_placement(np.asarray(tracker.best[graph.name][1]), out / "placement.json")
     results = {
-        "graph": graph.name, "cluster": cluster.to_dict(), "encoder": args.encoder, "algo": args.algo,
-        "makespan": result.makespan, "lower_bound": result.lower_bound, "lb_ratio": result.lb_ratio,
-        "peak_memory": [int(x) for x in result.peak_memory], "oom": result.oom,
+        **first, "cluster": cluster.to_dict(), "encoder": args.encoder, "algo": args.algo,
         "search_seconds": search_seconds, "steps": steps, "seed": args.seed,
-        "hyperparameters": {k: v for k, v in vars(args).items()}, "baselines": compared,
+        "hyperparameters": {k: v for k, v in vars(args).items()},
+        "graphs": per_graph,
         "hardware": {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
                      "system": platform.platform()},
         "versions": {p: _version(p) for p in ("torch", "torch-geometric", "stable-baselines3", "sb3-contrib",
@@ -241,7 +254,8 @@ def write_outputs(args, out: Path, tracker: BestTracker, steps: int, search_seco
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     if tracker.curve:
         xs, ys = zip(*tracker.curve)
-        ax.step(xs, np.array(ys) * 1e3, where="post", label=f"{args.encoder} + {args.algo}, best so far")
+        label = f"{args.encoder} + {args.algo}, best so far" + (" (mean over graphs)" if len(graphs) > 1 else "")
+        ax.step(xs, np.array(ys) * 1e3, where="post", label=label)
     for name, value in compared.items():
         if isinstance(value, float):
             ax.axhline(value * 1e3, linestyle="--", linewidth=0.8, label=name, color=f"C{1 + list(compared).index(name)}")

@@ -130,7 +130,7 @@ def train_reinforce(env: gym.Env, config: ReinforceConfig = ReinforceConfig(),
         loss.backward()
         optimizer.step()
         record = {"episode": episode, "return": float(sum(rewards)), "best_makespan": info["best_makespan"],
-                  "best_oom": info["best_oom"], "best_placement": info["best_placement"],
+                  "best_oom": info["best_oom"], "best_placement": info["best_placement"], "graph": info["graph"],
                   "seconds": time.perf_counter() - start}
         history.append(record)
         if callback is not None and callback(record) is False:

@@ -74,3 +74,15 @@ def test_bad_arguments_end_with_one_line_and_exit_2(tmp_path, args, message):
     assert out.returncode == 2
     err = out.stderr.strip()
     assert err.startswith("error:") and message in err and "\n" not in err
+
+
+def test_a_suite_gets_one_best_placement_per_graph(tmp_path):
+    results = run("synthetic", tmp_path, "--encoder", "gcn", "--timesteps", "48", "--episode-length", "2")
+    names = [g["graph"] for g in results["graphs"]]
+    assert len(names) == len(set(names)) >= 2 and all(n.startswith("synthetic/") for n in names)
+    from placement_env import load_graph
+
+    for entry in results["graphs"]:
+        graph = load_graph(entry["graph"])
+        placement = read_placement(tmp_path / "placements" / f"{entry['graph'].replace('/', '_')}.json", graph)
+        assert simulate(graph, placement, Cluster.preset("p100", 3)).makespan == entry["makespan"]
