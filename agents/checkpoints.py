@@ -42,7 +42,7 @@ def place_graph(policy, graph, num_devices: int | None = None, cluster=None, ste
                 initial_placement: str = "single", seed: int = 0) -> tuple[np.ndarray, float]:
     """Place ``graph`` (name, path or object) with a trained policy; returns ``(device per node, makespan s)``.
 
-    ``policy``: a checkpoint path (REINFORCE ``.pt`` or SB3 ``.zip``), a
+    ``policy``: a checkpoint path (REINFORCE ``.pt`` or a ``.zip`` saved by SB3 PPO), a
     :class:`PlacementNetwork`, or an SB3 model. The environment is padded to
     the policy's sizes, so the graph may have at most that many units.
     """
