@@ -1,0 +1,57 @@
+"""Coarsening placement units."""
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from placement_env import Cluster, layered_dag, simulate
+from placement_env.coarsen import coarsen
+
+from helpers import graph as hand_graph
+
+
+def forward_quotient(g):
+    q = nx.DiGraph()
+    q.add_nodes_from(range(g.num_units))
+    for s, d in zip(g.edge_src.tolist(), g.edge_dst.tolist()):
+        if g.nodes[s].phase == "backward" or g.nodes[d].phase == "backward":
+            continue
+        if g.unit_of[s] != g.unit_of[d]:
+            q.add_edge(int(g.unit_of[s]), int(g.unit_of[d]))
+    return q
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("max_units", [1, 7, 40, 150])
+def test_coarsening_reaches_the_target_and_keeps_everything_else(training, max_units):
+    g = layered_dag(2, num_ops=200, training=training)
+    c = coarsen(g, max_units)
+    assert c.num_units <= max_units
+    assert c.num_nodes == g.num_nodes and c.edges() == g.edges()
+    assert c.total_cost == g.total_cost
+    # original units are never split, and the quotient of the forward edges stays acyclic
+    for members in g.unit_members:
+        assert len(set(c.unit_of[members].tolist())) == 1
+    assert nx.is_directed_acyclic_graph(forward_quotient(c))
+    # a coarse placement expands to every op and simulates
+    placement = c.expand_unit_placement(np.arange(c.num_units) % 3)
+    assert simulate(c, placement, Cluster.preset("p100", 3)).makespan > 0
+
+
+def test_hsdag_rule_merges_chains_first():
+    # a -> b -> c chain plus d -> c: a merges into b (b's only predecessor), then b's unit has a single
+    # successor c, but c has two predecessors, so with max_units=3 the chain a, b stays apart from c
+    g = hand_graph([("a", 1, 0), ("b", 1, 0), ("c", 1, 0), ("d", 1, 0)], [("a", "b"), ("b", "c"), ("d", "c")])
+    c = coarsen(g, 3)
+    assert c.unit_of[0] == c.unit_of[1] and len(set(c.unit_of.tolist())) == 3
+
+
+def test_coarsening_a_large_graph_quickly():
+    g = layered_dag(1, num_ops=2500, density=0.02)  # 5,000 ops
+    c = coarsen(g, 100)
+    assert c.num_units <= 100
+
+
+def test_bad_target():
+    with pytest.raises(ValueError, match="max_units"):
+        coarsen(layered_dag(0, num_ops=10), 0)
