@@ -86,3 +86,9 @@ def test_a_suite_gets_one_best_placement_per_graph(tmp_path):
         graph = load_graph(entry["graph"])
         placement = read_placement(tmp_path / "placements" / f"{entry['graph'].replace('/', '_')}.json", graph)
         assert simulate(graph, placement, Cluster.preset("p100", 3)).makespan == entry["makespan"]
+
+
+def test_parallel_environments(graph_file, tmp_path):
+    results = run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "32", "--n-envs", "2")
+    check_outputs(graph_file, tmp_path, results)
+    assert results["steps"] >= 32
