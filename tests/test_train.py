@@ -92,3 +92,23 @@ def test_parallel_environments(graph_file, tmp_path):
     results = run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "32", "--n-envs", "2")
     check_outputs(graph_file, tmp_path, results)
     assert results["steps"] >= 32
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_the_best_placement(graph_file, tmp_path):
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "train.py", "--graph", str(graph_file), "--encoder", "gcn",
+                             "--budget-seconds", "300", "--out", str(tmp_path), "--progress", "off",
+                             "--checkpoint-every", "16"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "tracker.json").exists() and time.time() < deadline:  # training has started
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "interrupted" in err and "best found" in out
+    results = json.loads((tmp_path / "results.json").read_text())
+    check_outputs(graph_file, tmp_path, results)
+    assert results["search_seconds"] < 300
