@@ -33,7 +33,8 @@ def load_network(path: str | os.PathLike) -> tuple[PlacementNetwork, ReinforceCo
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"{str(path)!r} is not a REINFORCE checkpoint of this project")
     config = ReinforceConfig(**data["config"])
-    network = PlacementNetwork(data["observation_space"], config.encoder, config.encoder_kwargs, config.head_hidden)
+    network = PlacementNetwork(data["observation_space"], config.encoder, config.encoder_kwargs, config.head_hidden,
+                               config.expected_moves)
     network.load_state_dict(data["state_dict"])
     return network, config, data["observation_space"]
 

@@ -1,7 +1,8 @@
 """The stable-baselines3 features extractor: a registered graph encoder, and nothing else.
 
 Its output is one flat vector per observation, laid out as
-``[node embeddings (N*d) | graph vector (d) | device-count one-hot (D) | node mask (N) | current-unit flags (N)]``
+``[node embeddings (N*d) | graph vector (d) | device-count one-hot (D) | node mask (N) | current-unit flags (N)
+| current devices (N*D)]``
 (:class:`FeatureLayout` packs and unpacks it), because SB3 passes features
 between its modules as a single tensor.
 """
@@ -27,18 +28,21 @@ class FeatureLayout:
     @property
     def size(self) -> int:
         n, d, k = self.max_nodes, self.embed_dim, self.max_devices
-        return n * d + d + k + 2 * n
+        return n * d + d + k + 2 * n + n * k
 
-    def pack(self, nodes: Tensor, graph: Tensor, gpu: Tensor, node_mask: Tensor, current: Tensor) -> Tensor:
+    def pack(self, nodes: Tensor, graph: Tensor, gpu: Tensor, node_mask: Tensor, current: Tensor,
+             current_device: Tensor) -> Tensor:
         b = nodes.shape[0]
-        return torch.cat([nodes.reshape(b, -1), graph, gpu, node_mask.float(), current.float()], dim=1)
+        return torch.cat([nodes.reshape(b, -1), graph, gpu, node_mask.float(), current.float(),
+                          current_device.reshape(b, -1)], dim=1)
 
-    def unpack(self, features: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """``(nodes (B, N, d), graph (B, d), gpu (B, D), node_mask (B, N) bool, current (B, N))``."""
+    def unpack(self, features: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """``(nodes (B, N, d), graph (B, d), gpu (B, D), node_mask (B, N) bool, current (B, N),
+        current_device (B, N, D))``."""
         n, d, k = self.max_nodes, self.embed_dim, self.max_devices
         b = features.shape[0]
-        nodes, graph, gpu, mask, current = torch.split(features, [n * d, d, k, n, n], dim=1)
-        return nodes.reshape(b, n, d), graph, gpu, mask > 0.5, current
+        nodes, graph, gpu, mask, current, device = torch.split(features, [n * d, d, k, n, n, n * k], dim=1)
+        return nodes.reshape(b, n, d), graph, gpu, mask > 0.5, current, device.reshape(b, n, k)
 
 
 def observation_sizes(space: gym.spaces.Dict) -> tuple[int, int, int]:
@@ -69,4 +73,5 @@ class GraphFeaturesExtractor(BaseFeaturesExtractor):
     def forward(self, observations: dict[str, Tensor]) -> Tensor:
         batch = GraphBatch.from_observation(observations)
         nodes, graph = self.encoder(batch)
-        return self.layout.pack(nodes, graph, batch.gpu_onehot, batch.node_mask, batch.x[..., -1])
+        return self.layout.pack(nodes, graph, batch.gpu_onehot, batch.node_mask, batch.x[..., -1],
+                                batch.current_device)

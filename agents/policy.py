@@ -41,7 +41,7 @@ class PlacementLatent(nn.Module):
         return features
 
     def forward_critic(self, features: Tensor) -> Tensor:
-        _, graph, gpu, _, _ = self.layout.unpack(features)
+        _, graph, gpu, _, _, _ = self.layout.unpack(features)
         return torch.cat([graph, gpu], dim=1)
 
     def forward(self, features: Tensor) -> tuple[Tensor, Tensor]:
@@ -51,15 +51,16 @@ class PlacementLatent(nn.Module):
 class PlacementActionNet(nn.Module):
     """SB3's ``action_net`` slot: per-node logits, flattened (MultiDiscrete) or the current unit's (Discrete)."""
 
-    def __init__(self, layout: FeatureLayout, hidden_dim: int, per_node: bool) -> None:
+    def __init__(self, layout: FeatureLayout, hidden_dim: int, per_node: bool,
+                 expected_moves: float | None = None) -> None:
         super().__init__()
         self.layout = layout
         self.per_node = per_node
-        self.head = NodeDeviceHead(layout.embed_dim, layout.max_devices, hidden_dim)
+        self.head = NodeDeviceHead(layout.embed_dim, layout.max_devices, hidden_dim, expected_moves)
 
     def forward(self, latent: Tensor) -> Tensor:
-        nodes, graph, gpu, mask, current = self.layout.unpack(latent)
-        logits = self.head(nodes, graph, gpu, mask)  # (B, N, D)
+        nodes, graph, gpu, mask, current, device = self.layout.unpack(latent)
+        logits = self.head(nodes, graph, gpu, mask, device)  # (B, N, D)
         if self.per_node:
             return logits.reshape(logits.shape[0], -1)
         return logits[torch.arange(logits.shape[0]), current.argmax(dim=1)]
@@ -68,8 +69,10 @@ class PlacementActionNet(nn.Module):
 class _PlacementPolicyMixin:
     """What both policy classes do differently from SB3's defaults."""
 
-    def _placement_init(self, kwargs: dict, encoder: str, encoder_kwargs: dict | None, head_hidden: int) -> dict:
+    def _placement_init(self, kwargs: dict, encoder: str, encoder_kwargs: dict | None, head_hidden: int,
+                        expected_moves: float | None) -> dict:
         self.head_hidden = head_hidden
+        self.expected_moves = expected_moves
         kwargs.setdefault("features_extractor_class", GraphFeaturesExtractor)
         kwargs.setdefault("features_extractor_kwargs", {})
         kwargs["features_extractor_kwargs"] = {"encoder": encoder, "encoder_kwargs": encoder_kwargs,
@@ -86,7 +89,7 @@ class _PlacementPolicyMixin:
         per_node = isinstance(self.action_space, spaces.MultiDiscrete)
         if per_node and not hasattr(self, "_masked"):
             self.action_dist = NodeCategoricalDistribution(layout.max_nodes, layout.max_devices)
-        self.action_net = PlacementActionNet(layout, self.head_hidden, per_node)
+        self.action_net = PlacementActionNet(layout, self.head_hidden, per_node, self.expected_moves)
         self.value_net = ValueHead(layout.embed_dim, layout.max_devices, self.head_hidden)
         if self.ortho_init:
             self.action_net.apply(partial(self.init_weights, gain=np.sqrt(2)))
@@ -96,11 +99,14 @@ class _PlacementPolicyMixin:
 
 
 class PlacementPolicy(_PlacementPolicyMixin, ActorCriticPolicy):
-    """Args (besides SB3's): ``encoder`` (default ``"fadp-gt"``), ``encoder_kwargs``, ``head_hidden`` (64)."""
+    """Args (besides SB3's): ``encoder`` (default ``"fadp-gt"``), ``encoder_kwargs``, ``head_hidden`` (64),
+    ``expected_moves`` (the head's optional stay prior, see :mod:`agents.heads`; default ``None``: the
+    spec's head exactly)."""
 
     def __init__(self, observation_space, action_space, lr_schedule, encoder: str = "fadp-gt",
-                 encoder_kwargs: dict | None = None, head_hidden: int = 64, **kwargs) -> None:
-        kwargs = self._placement_init(kwargs, encoder, encoder_kwargs, head_hidden)
+                 encoder_kwargs: dict | None = None, head_hidden: int = 64,
+                 expected_moves: float | None = None, **kwargs) -> None:
+        kwargs = self._placement_init(kwargs, encoder, encoder_kwargs, head_hidden, expected_moves)
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
 
@@ -110,6 +116,7 @@ class MaskablePlacementPolicy(_PlacementPolicyMixin, MaskableActorCriticPolicy):
     _masked = True
 
     def __init__(self, observation_space, action_space, lr_schedule, encoder: str = "fadp-gt",
-                 encoder_kwargs: dict | None = None, head_hidden: int = 64, **kwargs) -> None:
-        kwargs = self._placement_init(kwargs, encoder, encoder_kwargs, head_hidden)
+                 encoder_kwargs: dict | None = None, head_hidden: int = 64,
+                 expected_moves: float | None = None, **kwargs) -> None:
+        kwargs = self._placement_init(kwargs, encoder, encoder_kwargs, head_hidden, expected_moves)
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)

@@ -38,6 +38,7 @@ class ReinforceConfig:
     encoder: str = "fadp-gt"
     encoder_kwargs: dict = field(default_factory=dict)
     head_hidden: int = 64
+    expected_moves: float | None = None  # the head's optional stay prior (agents.heads)
     gamma: float = 0.95
     learning_rate: float = 1e-3
     epsilon: float = 0.1
@@ -51,12 +52,13 @@ class PlacementNetwork(nn.Module):
     """Encoder + :class:`~agents.heads.NodeDeviceHead`: observation batch -> (B, N, D) device logits."""
 
     def __init__(self, observation_space: gym.spaces.Dict, encoder: str = "fadp-gt",
-                 encoder_kwargs: dict | None = None, head_hidden: int = 64) -> None:
+                 encoder_kwargs: dict | None = None, head_hidden: int = 64,
+                 expected_moves: float | None = None) -> None:
         super().__init__()
         self.observation_space = observation_space
         self.max_nodes, in_dim, self.max_devices = observation_sizes(observation_space)
         self.encoder = build_encoder(encoder, in_dim, **(encoder_kwargs or {}))
-        self.head = NodeDeviceHead(self.encoder.out_dim, self.max_devices, head_hidden)
+        self.head = NodeDeviceHead(self.encoder.out_dim, self.max_devices, head_hidden, expected_moves)
         last = self.head.mlp[-1]  # start near the uniform policy: every device equally likely
         nn.init.orthogonal_(last.weight, gain=0.01)
         nn.init.zeros_(last.bias)
@@ -64,7 +66,7 @@ class PlacementNetwork(nn.Module):
     def forward(self, observation: dict) -> Tensor:
         batch = GraphBatch.from_observation(observation)
         nodes, graph = self.encoder(batch)
-        return self.head(nodes, graph, batch.gpu_onehot, batch.node_mask)
+        return self.head(nodes, graph, batch.gpu_onehot, batch.node_mask, batch.current_device)
 
 
 def sample_action(logits: Tensor, epsilon: float, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -100,7 +102,7 @@ def train_reinforce(env: gym.Env, config: ReinforceConfig = ReinforceConfig(),
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     net = network or PlacementNetwork(env.observation_space, config.encoder, config.encoder_kwargs,
-                                      config.head_hidden)
+                                      config.head_hidden, config.expected_moves)
     optimizer = torch.optim.Adam(net.parameters(), lr=config.learning_rate)
     history: list[dict] = []
     baseline: Tensor | None = None

@@ -8,7 +8,7 @@ from baselines import place
 from placement_env import simulate
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 2048
-env = gym.make("DevicePlacement-v0", episode_length=8)  # the default graph on 3 simulated P100s
+env = gym.make("DevicePlacement-v0", graph="synthetic/0", episode_length=8)  # a synthetic DAG, 3 P100s
 model = PPO("MultiInputPolicy", env, n_steps=256, batch_size=64, seed=0)
 model.learn(total_timesteps=steps)
 

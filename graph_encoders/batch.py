@@ -49,6 +49,13 @@ class GraphBatch:
     def max_nodes(self) -> int:
         return int(self.x.shape[1])
 
+    @property
+    def current_device(self) -> Tensor:
+        """(B, N, D) float: each unit's current device as a one-hot (the embedding's device columns, which
+        sit just before its last column, the current-unit flag)."""
+        d = self.gpu_onehot.shape[-1]
+        return self.x[..., -d - 1:-1]
+
     def num_devices(self) -> Tensor:
         """(B,) the device count of each observation's cluster (from ``gpu_onehot``)."""
         return self.gpu_onehot.argmax(dim=-1) + 1

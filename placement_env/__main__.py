@@ -1,10 +1,11 @@
-"""``python -m placement_env``: simulate a placement, or list the shipped graphs.
+"""``python -m placement_env``: simulate a placement, list the shipped graphs, or print the suites' table 1.
 
 Examples::
 
     python -m placement_env simulate --graph default --placement p.json --devices 3
     python -m placement_env simulate --graph g.json.gz --placement p.json --cluster c.json --json
     python -m placement_env graphs
+    python -m placement_env table1
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import sys
 
 from .cli_common import add_graph_and_cluster_args, graph_and_cluster_from_args, run_cli
 from .placement_io import read_placement
-from .registry import SUITES, list_graphs, load_graph
+from .registry import REAL_MODELS, REAL_MODELS_DIR, SUITES, list_graphs, load_graph
 from .simulator import simulate
+from .suites import SUITE_NAMES, SUITE_SEEDS, shipped_path, table1_markdown
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,21 +31,42 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--param-factor", type=float, default=4.0,
                      help="static bytes per parameter byte (4 = training with Adam, 1 = inference)")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    sub.add_parser("graphs", help="list the shipped graphs")
+    sub.add_parser("graphs", help="list the shipped graphs with their sizes")
+    sub.add_parser("table1", help="the benchmark suites' structure in the layout of the paper's table 1")
     return parser
+
+
+def _describe(name: str, path=None) -> str:
+    g = load_graph(name)
+    size = f"{path.stat().st_size / 1024:>7.0f} KiB" if path is not None else " " * 11
+    return f"{name:<16} {g.num_nodes:>6} ops {g.num_edges:>7} edges {g.num_units:>6} units  {size}"
+
+
+def list_shipped() -> None:
+    """Print every shipped graph with its size, then the names built on demand and the suites."""
+    print("shipped graphs (name, ops, op edges, placement units, file size):")
+    for suite in SUITE_NAMES:
+        for seed in SUITE_SEEDS:
+            print("  " + _describe(f"{suite}/{seed}", shipped_path(suite, seed)))
+    for model in REAL_MODELS:
+        path = REAL_MODELS_DIR / f"{model}.json.gz"
+        print("  " + (_describe(model, path) if path.is_file() else f"{model:<16} not shipped in this install"))
+    print("built on demand:")
+    for name in list_graphs():
+        if "<" in name:
+            print(f"  {name:<16} (any non-negative integer seed; suites ship 0..16, seeds 100+ are held out)")
+    print(f"  {'default':<16} = cifar10/0")
+    for suite, members in SUITES.items():
+        print(f"suite {suite:<10} {len(members)} graphs: {', '.join(members[:2])} .. {members[-1]}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "graphs":
-        for name in list_graphs():
-            if "<" in name:
-                print(f"{name:<20} (any non-negative integer seed)")
-                continue
-            g = load_graph(name)
-            print(f"{name:<20} {g.num_nodes:>6} ops {g.num_edges:>7} edges {g.num_units:>6} units")
-        for suite, members in SUITES.items():
-            print(f"suite {suite:<14} {len(members)} graphs: {members[0]} .. {members[-1]}")
+        list_shipped()
+        return 0
+    if args.command == "table1":
+        print(table1_markdown())
         return 0
     graph, cluster = graph_and_cluster_from_args(args)
     placement = read_placement(args.placement, graph)

@@ -1,15 +1,21 @@
-"""Graphs by name: ``load_graph("default")``, ``load_graph("synthetic/7")``, a path, or a graph object.
+"""Graphs by name: ``load_graph("cifar10/3")``, ``load_graph("resnet50")``, a path, or a graph object.
 
-Shipped names (until the benchmark suites arrive):
+Shipped names:
 
+* ``ptb/<seed>``, ``cifar10/<seed>``, ``nmt/<seed>``: the paper's benchmark
+  suites, traced from seeded PyTorch models (:mod:`placement_env.suites`);
+  seeds 0..16 ship as files, seeds from 100 up are held out and traced on
+  demand;
+* the real models of the paper's table 6 (:data:`REAL_MODELS`), shipped as
+  files when extracted by ``scripts/extract_real_models.py``;
 * ``synthetic/<seed>``: the training graph of a seeded layered DAG of
   ``SYNTHETIC_FORWARD_OPS`` forward ops (twice as many ops in all), with the
   default :class:`~placement_env.synthetic.LayeredDagSpec` distributions;
-* ``default``: ``synthetic/0``, the graph the README's main command uses.
+* ``default``: ``cifar10/0``, the graph of the README's main command.
 
-Suites (:func:`load_suite`): ``synthetic`` is ``synthetic/0`` .. ``synthetic/16``
-(17 graphs, the size of the paper's suites); seeds from 100 up are held out
-for generalization tests.
+Suites (:func:`load_suite`): ``ptb``, ``cifar10``, ``nmt`` and ``synthetic``
+are seeds 0..16 of their family (17 graphs each, as in the paper); ``real``
+is the real models.
 """
 
 from __future__ import annotations
@@ -20,11 +26,19 @@ from pathlib import Path
 
 from .graph import ComputationGraph
 from .graph_io import read_graph
+from .suites import SUITE_NAMES, SUITE_SEEDS, load_suite_graph
 from .synthetic import layered_dag
 
 SYNTHETIC_FORWARD_OPS = 300
-DEFAULT_GRAPH = "synthetic/0"
-_SYNTHETIC = re.compile(r"synthetic/(\d+)")
+DEFAULT_GRAPH = "cifar10/0"
+_SEEDED = re.compile(r"(synthetic|ptb|cifar10|nmt)/(\d+)")
+REAL_MODELS_DIR = Path(__file__).resolve().parent / "data" / "models"
+# the real models of the paper's table 6 (file stem -> description)
+REAL_MODELS: dict[str, str] = {
+    "vgg19": "VGG19 (torchvision)", "inception_v3": "InceptionV3 (torchvision)",
+    "resnet50": "ResNet50 (torchvision)", "resnet101": "ResNet101 (torchvision)",
+    "nasnet_large": "NASNet-A large (timm nasnetalarge)", "pnasnet_large": "PNASNet-5 large (timm pnasnet5large)",
+}
 
 
 def load_graph(source: str | os.PathLike | ComputationGraph) -> ComputationGraph:
@@ -42,16 +56,27 @@ def load_graph(source: str | os.PathLike | ComputationGraph) -> ComputationGraph
         return read_graph(text)
     if text == "default":
         text = DEFAULT_GRAPH
-    match = _SYNTHETIC.fullmatch(text)
+    match = _SEEDED.fullmatch(text)
     if match:
-        return layered_dag(int(match.group(1)), training=True, name=text, num_ops=SYNTHETIC_FORWARD_OPS)
+        family, seed = match.group(1), int(match.group(2))
+        if family == "synthetic":
+            return layered_dag(seed, training=True, name=text, num_ops=SYNTHETIC_FORWARD_OPS)
+        return load_suite_graph(family, seed)
+    if text in REAL_MODELS:
+        path = REAL_MODELS_DIR / f"{text}.json.gz"
+        if not path.is_file():
+            raise FileNotFoundError(f"real model {text!r} is not shipped in this install ({path} is missing); "
+                                    "extract it with scripts/extract_real_models.py")
+        return read_graph(path)
     if text.endswith((".json", ".json.gz")):
         raise FileNotFoundError(f"graph file {text!r} does not exist")
     raise ValueError(f"unknown graph {text!r}: not an existing file and not a shipped graph "
                      f"(shipped: {', '.join(list_graphs())})")
 
 
-SUITES = {"synthetic": [f"synthetic/{seed}" for seed in range(17)]}
+SUITES: dict[str, list[str]] = {name: [f"{name}/{seed}" for seed in SUITE_SEEDS] for name in SUITE_NAMES}
+SUITES["synthetic"] = [f"synthetic/{seed}" for seed in SUITE_SEEDS]
+SUITES["real"] = list(REAL_MODELS)
 
 
 def load_suite(name: str) -> list[ComputationGraph]:
@@ -63,4 +88,5 @@ def load_suite(name: str) -> list[ComputationGraph]:
 
 def list_graphs() -> list[str]:
     """The names :func:`load_graph` knows (``<seed>`` stands for any non-negative integer)."""
-    return ["default", "synthetic/<seed>"]
+    return (["default"] + [f"{name}/<seed>" for name in SUITE_NAMES] + ["synthetic/<seed>"]
+            + [m for m in REAL_MODELS if (REAL_MODELS_DIR / f"{m}.json.gz").is_file()])

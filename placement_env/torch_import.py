@@ -137,9 +137,38 @@ class _Recorder(torch.fx.Interpreter):
         return out
 
 
+def _owned_parameters(gm: torch.fx.GraphModule, n: torch.fx.Node) -> list[str]:
+    """The parameter names an fx node reads: its module's parameters, or the attributes it takes as inputs."""
+    owned = []
+    if n.op == "call_module":
+        owned = [f"{n.target}.{k}" for k, _ in gm.get_submodule(n.target).named_parameters()]
+    return owned + [str(a.target) for a in n.all_input_nodes if a.op == "get_attr"]
+
+
+def _parameter_readers(gm: torch.fx.GraphModule, records: dict[str, dict]) -> dict[str, int]:
+    """How many recorded ops read each parameter."""
+    count: dict[str, int] = {}
+    for n in gm.graph.nodes:
+        if n.name in records:
+            for key in set(_owned_parameters(gm, n)):
+                count[key] = count.get(key, 0) + 1
+    return count
+
+
+def _parameter_op(key: str, size: int, nodes: list[Node], producers: dict[str, str],
+                  out_bytes: dict[str, int]) -> str:
+    """The id of the ``parameter`` op of shared parameter ``key``, added before its first reader."""
+    op_id = f"param:{key}"
+    if op_id not in producers:
+        nodes.append(Node(op_id, "parameter", 0.0, size, size, flops=0.0))
+        producers[op_id] = op_id
+        out_bytes[op_id] = size
+    return op_id
+
+
 def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, *, name: str | None = None,
                device_kind: str = "p100", profile: bool = False, repeats: int = 5,
-               training: bool = True) -> ComputationGraph:
+               training: bool = True, shared_parameters: bool = True) -> ComputationGraph:
     """The computation graph of ``module`` on ``example_inputs`` (see the module docstring).
 
     Args:
@@ -150,6 +179,11 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
         profile: measure op times on this machine instead of the roofline model.
         repeats: timed runs per op with ``profile`` (the median is kept).
         training: return the training graph (forward + backward ops), else the forward graph.
+        shared_parameters: a parameter read by more than one op (a weight shared across the time steps of an
+            unrolled RNN, a submodule called twice) becomes a zero-cost ``parameter`` op holding its bytes, with
+            an edge carrying the weight to every reader, as variables are nodes in a TensorFlow graph: a reader
+            placed elsewhere then pays for the copy, and in the training graph the readers' gradients flow back
+            to it. With ``False`` the first reader holds the parameter and the others read it for free.
     """
     if device_kind not in ROOFLINE_DEVICES:
         raise ValueError(f"unknown device kind {device_kind!r}; known: {', '.join(ROOFLINE_DEVICES)}")
@@ -169,6 +203,8 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
     group: dict[str, str] = {}
     nodes: list[Node] = []
     edges: list[Edge] = []
+    readers = _parameter_readers(gm, recorder.records)
+    shared = {key for key, count in readers.items() if count > 1 and key in params} if shared_parameters else set()
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             value = n.meta.get("val", n.meta.get("example_value"))
@@ -185,15 +221,16 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
             continue
         inputs_of = [a for a in n.all_input_nodes if a.name in producers]
         param_b = 0
-        owned = []
-        if n.op == "call_module":
-            owned = [f"{n.target}.{k}" for k, _ in gm.get_submodule(n.target).named_parameters()]
-        owned += [str(a.target) for a in n.all_input_nodes if a.op == "get_attr"]
+        owned = _owned_parameters(gm, n)
+        shared_reads = []
         for key in owned:
-            if key in params and key not in charged:
+            if key in shared:
+                shared_reads.append(_parameter_op(key, params[key], nodes, producers, out_bytes))
+            elif key in params and key not in charged:
                 charged.add(key)
                 param_b += params[key]
-        moved = record["output_bytes"] + sum(out_bytes[a.name] for a in inputs_of) + param_b
+        moved = (record["output_bytes"] + sum(out_bytes[a.name] for a in inputs_of) + param_b
+                 + sum(out_bytes[k] for k in shared_reads))
         if profile:
             cost = record["measured"]
         else:
@@ -211,10 +248,10 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
         producers[n.name] = n.name
         out_bytes[n.name] = record["output_bytes"]
         seen = set()
-        for a in inputs_of:
-            if a.name not in seen:
-                seen.add(a.name)
-                edges.append(Edge(a.name, n.name))
+        for source in [a.name for a in inputs_of] + shared_reads:
+            if source not in seen:
+                seen.add(source)
+                edges.append(Edge(source, n.name))
     # an op whose group was created after it was added (its first aliasing consumer came later) joins it
     nodes = [Node(x.id, x.op, x.cost, x.output_bytes, x.param_bytes, group.get(x.id, x.colocation), x.flops)
              for x in nodes]

@@ -72,9 +72,13 @@ def test_simulate_command_bad_input_is_one_line_and_exit_2(tmp_path, capsys, arg
 
 
 def test_placement_file_errors_name_the_node(tmp_path, capsys):
-    (tmp_path / "p.json").write_text(json.dumps({"op0": 0}))
+    first = load_graph("default").nodes[0].id
+    (tmp_path / "p.json").write_text(json.dumps({first: 0}))
     assert run_cli(lambda: env_main(["simulate", "--placement", str(tmp_path / "p.json")])) == 2
     assert "no device given for node" in capsys.readouterr().err
+    (tmp_path / "p.json").write_text(json.dumps({first: 0, "no-such-op": 1}))
+    assert run_cli(lambda: env_main(["simulate", "--placement", str(tmp_path / "p.json")])) == 2
+    assert "node 'no-such-op' is not in graph 'cifar10/0'" in capsys.readouterr().err
 
 
 def test_comparison_command_rejects_unknown_placer(capsys):

@@ -42,7 +42,7 @@ def test_default_arguments_work(name):
     env = gym.make(name)
     obs, info = env.reset(seed=0)
     assert env.observation_space.contains(obs)
-    assert info["graph"] == "synthetic/0" and info["makespan"] > 0
+    assert info["graph"] == "cifar10/0" and info["makespan"] > 0
     assert obs["gpu_onehot"].tolist() == [0, 0, 1]  # 3 devices
 
 

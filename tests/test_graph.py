@@ -203,6 +203,7 @@ def test_suites():
 
     suite = load_suite("synthetic")
     assert [g.name for g in suite] == [f"synthetic/{i}" for i in range(17)]
-    assert suite[0] == load_graph("default")
+    assert suite[3] == load_graph("synthetic/3")
+    assert load_suite("cifar10")[0] == load_graph("default")
     with pytest.raises(ValueError, match="unknown suite 'ptb9'"):
         load_suite("ptb9")

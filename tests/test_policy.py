@@ -128,3 +128,24 @@ def test_place_an_unseen_graph_with_a_saved_policy(tmp_path):
         place_graph(tmp_path / "r.pt", layered_dag(0, num_ops=40))
     with pytest.raises(FileNotFoundError):
         place_graph(tmp_path / "missing.pt", unseen)
+
+
+def test_stay_prior_moves_about_the_expected_number_of_units():
+    from agents.heads import NodeDeviceHead
+
+    torch.manual_seed(0)
+    b, n, d, devices = 2, 40, 8, 4
+    head = NodeDeviceHead(d, devices, expected_moves=2.0)
+    nn_last = head.mlp[-1]
+    torch.nn.init.zeros_(nn_last.weight)
+    torch.nn.init.zeros_(nn_last.bias)  # equal MLP logits: only the prior speaks
+    current = torch.nn.functional.one_hot(torch.randint(0, 3, (b, n)), devices).float()
+    mask = torch.ones(b, n, dtype=torch.bool)
+    mask[1, 10:] = False  # the second graph has 10 units
+    gpu = torch.nn.functional.one_hot(torch.tensor([2, 2]), devices).float()  # 3 devices
+    logits = head(torch.randn(b, n, d), torch.randn(b, d), gpu, mask, current)
+    stay = torch.softmax(logits, -1)[current.bool()].view(b, n)
+    assert torch.allclose(stay[0], torch.full((n,), 1 - 2 / 40))  # p = m / n
+    assert torch.allclose(stay[1, :10], torch.full((10,), 1 - 2 / 10))
+    plain, z, g = NodeDeviceHead(d, devices), torch.randn(b, n, d), torch.randn(b, d)
+    assert torch.equal(plain(z, g, gpu, mask, current), plain(z, g, gpu, mask))  # off by default: no prior

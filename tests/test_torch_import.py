@@ -93,10 +93,21 @@ def test_linear_flops_and_bytes_by_hand():
     assert lin.cost == pytest.approx(expected)
 
 
-def test_shared_submodule_is_charged_once_and_views_are_colocated():
-    g = from_torch(*MODELS["shared"], training=False)
+def test_shared_parameters_are_ops_and_views_are_colocated():
+    model, x = MODELS["shared"]
+    g = from_torch(model, x, training=False)
     linears = [n for n in g.nodes if n.op == "linear"]
-    assert len(linears) == 2 and sorted(n.param_bytes for n in linears) == [0, (16 * 16 + 16) * 4]
+    weight, bias = 16 * 16 * 4, 16 * 4
+    params = {n.id: n for n in g.nodes if n.op == "parameter"}  # shared weights are ops feeding every reader
+    assert len(linears) == 2 and [n.param_bytes for n in linears] == [0, 0]
+    assert sorted(n.param_bytes for n in params.values()) == [bias, weight]
+    for p in params.values():
+        assert p.output_bytes == p.param_bytes and p.cost == 0
+        readers = [g.nodes[d].op for s, d in zip(g.edge_src.tolist(), g.edge_dst.tolist()) if s == g.index_of(p.id)]
+        assert readers == ["linear", "linear"]
+    legacy = from_torch(model, x, training=False, shared_parameters=False)
+    linears = [n for n in legacy.nodes if n.op == "linear"]
+    assert sorted(n.param_bytes for n in linears) == [0, weight + bias]
     cnn = from_torch(*MODELS["cnn"], training=False)
     flat = next(n for n in cnn.nodes if n.op == "flatten")
     producer = cnn.nodes[int(cnn.predecessors[1][cnn.predecessors[0][cnn.index_of(flat.id)]])]
