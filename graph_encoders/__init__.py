@@ -35,6 +35,12 @@ def build_encoder(name: str, in_dim: int, **kwargs) -> GraphEncoder:
     """The encoder called ``name`` for node features of width ``in_dim``."""
     if name not in ENCODERS:
         raise ValueError(f"unknown encoder {name!r}; known: {', '.join(ENCODERS)}")
+    import inspect
+
+    accepted = [p for p in inspect.signature(ENCODERS[name].__init__).parameters if p not in ("self", "in_dim")]
+    unknown = [k for k in kwargs if k not in accepted]
+    if unknown:
+        raise ValueError(f"encoder {name!r} has no option {unknown[0]!r}; its options: {', '.join(accepted)}")
     return ENCODERS[name](in_dim, **kwargs)
 
 

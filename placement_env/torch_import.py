@@ -191,7 +191,13 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
     gm, _ = _trace(module, inputs)
     recorder = _Recorder(gm, profile, repeats)
     with torch.no_grad():
-        recorder.run(*inputs)
+        if profile:
+            recorder.run(*inputs)
+        else:  # shapes, bytes and FLOPs need no arithmetic: run on fake tensors (no memory, no compute)
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+                recorder.run(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs])
     roof = ROOFLINE_DEVICES[device_kind]
 
     params = {}

@@ -67,6 +67,10 @@ def test_resume_continues_from_the_checkpoint(graph_file, tmp_path):
     (["--devices", "0"], "--devices must be >= 1"),
     (["--algo", "sac"], "unknown algorithm 'sac'"),
     (["--timesteps", "ten"], "invalid int value"),
+    (["--encoder-option", "use_low"], "must be KEY=VALUE"),
+    (["--encoder", "gcn", "--encoder-option", "use_low=false"], "encoder 'gcn' has no option 'use_low'"),
+    (["--initial-placement", "best"], "unknown initial_placement 'best'"),
+    (["--expected-moves", "-1"], "--expected-moves must be >= 0"),
 ])
 def test_bad_arguments_end_with_one_line_and_exit_2(tmp_path, args, message):
     out = subprocess.run([sys.executable, "train.py", "--out", str(tmp_path), *args], cwd=ROOT,
@@ -112,3 +116,14 @@ def test_ctrl_c_stops_cleanly_and_keeps_the_best_placement(graph_file, tmp_path)
     results = json.loads((tmp_path / "results.json").read_text())
     check_outputs(graph_file, tmp_path, results)
     assert results["search_seconds"] < 300
+
+
+def test_encoder_options_initial_placement_and_search_times(graph_file, tmp_path):
+    results = run(graph_file, tmp_path, "--timesteps", "16", "--encoder-option", "use_low=false",
+                  "--encoder-option", "num_layers=1", "--initial-placement", "heft", "--expected-moves", "0")
+    check_outputs(graph_file, tmp_path, results)
+    assert results["hyperparameters"]["encoder_option"] == ["use_low=false", "num_layers=1"]
+    # the best placement is at least as good as the episodes' starting placement (HEFT's)
+    assert results["makespan"] <= results["baselines"]["heft"]
+    assert 0 <= results["best_found_seconds"] <= results["search_seconds"]
+    assert 0 < results["validation_seconds"] < results["search_seconds"]

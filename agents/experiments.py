@@ -1,0 +1,408 @@
+"""The paper's experiments, end to end: ``python -m agents.experiments <table> [options]``.
+
+    python -m agents.experiments table2 --quick          # minutes; every row, a tiny search budget
+    python -m agents.experiments table2 --seeds 3 --budget-seconds 60
+    python -m agents.experiments all --seeds 1 --budget-seconds 30 --out experiments
+
+Experiments (the paper's layout; every table also lists the classical placers and the lower bound):
+
+* ``table2``: execution time of the best placement each encoder's policy finds, and its improvement over the
+  Placeto encoder, per suite (ptb, cifar10, nmt) and device count (3, 5, 8);
+* ``table3``: computation time of the same runs, and its improvement over Placeto;
+* ``table4``: the FAGA ablation (adjacency matrix, high- and low-frequency terms switched off and on);
+* ``table5``: the DPFR ablation (average- and max-pooling branches);
+* ``table6``: the real models (VGG19 ... PNASNet), FADP-GT against Placeto;
+* ``figure4``: learning curves (best makespan so far against environment steps) per encoder.
+
+What is measured, on this machine's CPUs:
+
+* **execution time** is the simulated time of one training step (``placement_env.simulate``, milliseconds) of
+  the best placement the run found; the paper measured whole training runs on GPUs with Nsight, so only
+  ratios between rows are comparable with it;
+* **computation time** is the paper's: policy search plus validation, preprocessing excluded. Every run has
+  the same wall-clock budget (``--budget-seconds``), so the time spent is the budget; what differs between
+  encoders, and what the table reports, is the search time until the run first saw its final best placement,
+  plus the validating simulation;
+* each run is ``train.py`` on one graph (``--graphs K``: seeds 0..K-1 of the suite, each trained separately)
+  with one seed; a cell is the mean over the graphs, then mean +- standard deviation over ``--seeds``.
+
+Runs are cached under ``--out``/runs by their full configuration, so tables that share runs (table2 and
+table3 and figure4; table4's full row, table5's full row and table2's FADP-GT row) train them once, and an
+interrupted experiment resumes where it stopped. Outputs: ``<table>.md`` (Markdown in the paper's layout, with
+the command line and machine) and ``<table>.csv`` (one row per run) in ``--out``; ``figure4.png`` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import hashlib
+import io
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SUITES = ("ptb", "cifar10", "nmt")
+DEVICE_COUNTS = (3, 5, 8)
+# the paper's table-2 order; "transformer" (FADP-GT's backbone without FAGA/DPFR) is this project's extra row
+ENCODERS = ("placeto", "sage", "pgnn", "gnn", "gcn", "gat", "graphormer", "mamba", "transformer", "fadp-gt")
+REFERENCE = "placeto"
+PLACERS = ("single", "m-topo", "m-etf", "heft", "metis")
+# table 4 rows (the paper's order): adjacency matrix, high frequency, low frequency
+FAGA_ROWS = ((False, False, False), (True, False, False), (False, True, False), (False, False, True),
+             (False, True, True), (True, True, True))
+# table 5 rows: global average pooling, global max pooling
+DPFR_ROWS = ((False, False), (True, False), (False, True), (True, True))
+REAL_MODELS = ("vgg19", "inception_v3", "resnet50", "resnet101", "nasnet_large", "pnasnet_large")
+EXPERIMENTS = ("table2", "table3", "table4", "table5", "table6", "figure4")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: an encoder (with options) on one graph and cluster, one seed."""
+
+    encoder: str
+    graph: str
+    devices: int
+    seed: int
+    options: tuple[tuple[str, object], ...] = ()
+    label: str = field(default="", compare=False)
+
+    def key(self, settings: dict) -> str:
+        text = json.dumps({**asdict(self), "label": None, **settings}, sort_keys=True, default=str)
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Settings:
+    """What every run of one invocation shares."""
+
+    seeds: int = 3
+    graphs: int = 1
+    devices: tuple[int, ...] = DEVICE_COUNTS
+    budget_seconds: float = 60.0
+    algo: str = "ppo"
+    hidden_dim: int = 64
+    expected_moves: float = 1.0
+    initial_placement: str = "single"
+    models: tuple[str, ...] = REAL_MODELS
+    model_devices: int = 8
+    out: Path = Path("experiments")
+
+    def run_settings(self) -> dict:
+        return {"budget_seconds": self.budget_seconds, "algo": self.algo, "hidden_dim": self.hidden_dim,
+                "expected_moves": self.expected_moves, "initial_placement": self.initial_placement}
+
+
+QUICK = {"seeds": 1, "graphs": 1, "devices": (3,), "budget_seconds": 2.0, "hidden_dim": 16,
+         "models": ("vgg19", "resnet50"), "model_devices": 3}
+
+
+# ----------------------------------------------------------------------------------------------- running
+
+def run_training(run: Run, settings: Settings) -> dict:
+    """Train ``run`` with ``train.py`` (or reuse its cached result) and return its results JSON."""
+    import train
+
+    folder = settings.out / "runs" / run.key(settings.run_settings())
+    results_file = folder / "results.json"
+    if results_file.exists():
+        return json.loads(results_file.read_text())
+    argv = ["--encoder", run.encoder, "--graph", run.graph, "--devices", str(run.devices),
+            "--seed", str(run.seed), "--budget-seconds", str(settings.budget_seconds), "--algo", settings.algo,
+            "--hidden-dim", str(settings.hidden_dim), "--expected-moves", str(settings.expected_moves),
+            "--initial-placement", settings.initial_placement, "--out", str(folder), "--progress", "off"]
+    for key, value in run.options:
+        argv += ["--encoder-option", f"{key}={json.dumps(value)}"]
+    print(f"  {run.label or run.encoder:<24} {run.graph:<14} {run.devices} devices  seed {run.seed}", flush=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        train.main(argv)
+    results = json.loads(results_file.read_text())
+    results["curve"] = json.loads((folder / "tracker.json").read_text())["curve"]
+    results_file.write_text(json.dumps(results, indent=1))
+    return results
+
+
+def placer_rows(graph_names: list[str], devices: int) -> dict[str, tuple[float, float]]:
+    """``{placer: (makespan s, placement wall time s)}`` and ``"lower bound"``, averaged over the graphs."""
+    from baselines import PLACERS as ALL_PLACERS
+    from baselines import PlacementInfeasibleError
+    from placement_env import Cluster, load_graph, lower_bound, simulate
+
+    cluster = Cluster.preset("p100", devices)
+    rows: dict[str, list[tuple[float, float]]] = {name: [] for name in PLACERS}
+    rows["lower bound"] = []
+    for name in graph_names:
+        graph = load_graph(name)
+        for placer in PLACERS:
+            start = time.perf_counter()
+            try:
+                placement = ALL_PLACERS[placer](graph, cluster, 0)
+                result = simulate(graph, placement, cluster)
+                value = float("inf") if result.oom else result.makespan
+            except PlacementInfeasibleError:
+                value = float("inf")
+            rows[placer].append((value, time.perf_counter() - start))
+        rows["lower bound"].append((lower_bound(graph, cluster), 0.0))
+    return {k: (float(np.mean([a for a, _ in v])), float(np.mean([b for _, b in v]))) for k, v in rows.items()}
+
+
+@dataclass
+class Cell:
+    """Per seed: the graph-mean execution time (s, inf when OOM) and computation time (s) of one method."""
+
+    exe: list[float]
+    com: list[float]
+
+    @staticmethod
+    def of(runs: list[dict], seeds: int) -> "Cell":
+        exe, com = [], []
+        for s in range(seeds):
+            mine = [r for r in runs if r["seed"] == s]
+            exe.append(float(np.mean([float("inf") if r["oom"] else r["makespan"] for r in mine])))
+            com.append(float(np.mean([(r["best_found_seconds"] or 0.0) + r["validation_seconds"] for r in mine])))
+        return Cell(exe, com)
+
+
+def train_cells(methods: dict[str, tuple[str, tuple]], graphs_of: dict[str, list[str]], settings: Settings,
+                csv_rows: list[dict], devices: tuple[int, ...]) -> dict[tuple[str, str, int], Cell]:
+    """Train every method on every column (graph group x device count) and seed; ``(method, column, devices)``
+    -> :class:`Cell`."""
+    cells = {}
+    for column, graph_names in graphs_of.items():
+        for d in devices:
+            for label, (encoder, options) in methods.items():
+                runs = []
+                for seed in range(settings.seeds):
+                    for g in graph_names:
+                        r = run_training(Run(encoder, g, d, seed, options, label), settings)
+                        runs.append(r)
+                        csv_rows.append({"method": label, "column": column, "graph": g, "devices": d, "seed": seed,
+                                         "makespan_ms": r["makespan"] * 1e3, "oom": r["oom"],
+                                         "lb_ratio": r["lb_ratio"], "best_found_s": r["best_found_seconds"],
+                                         "search_s": r["search_seconds"], "steps": r["steps"]})
+                cells[(label, column, d)] = Cell.of(runs, settings.seeds)
+    return cells
+
+
+# ------------------------------------------------------------------------------------------- formatting
+
+def _mean_spread(values: list[float], scale: float, digits: int) -> str:
+    finite = [v for v in values if np.isfinite(v)]
+    if len(finite) < len(values):
+        return "OOM"
+    m = np.mean(finite) * scale
+    return f"{m:.{digits}f}" if len(finite) == 1 else f"{m:.{digits}f} ± {np.std(finite) * scale:.{digits}f}"
+
+
+def _improvement(value: list[float], reference: list[float]) -> str:
+    v, r = np.mean(value), np.mean(reference)
+    if not (np.isfinite(v) and np.isfinite(r)) or r == 0:
+        return "-"
+    return f"{(r - v) / r:+.2%}"
+
+
+def comparison_table(cells, placers, methods: list[str], columns: list[str], devices: tuple[int, ...],
+                     reference: str, metric: str, column_title: str) -> str:
+    """Rows: methods, then placers and the lower bound; per device count: the metric and its improvement."""
+    scale, digits, name = (1e3, 3, "Exe_Time (ms)") if metric == "exe" else (1.0, 2, "Com_Time (s)")
+    head = f"| Method | {column_title} | " + " | ".join(f"{d} GPUs {name} | Impro" for d in devices) + " |"
+    lines = [head, "|" + "---|" * (2 + 2 * len(devices))]
+    for column in columns:
+        for method in methods:
+            parts = []
+            for d in devices:
+                cell, ref = cells[(method, column, d)], cells[(reference, column, d)]
+                values, ref_values = (cell.exe, ref.exe) if metric == "exe" else (cell.com, ref.com)
+                parts += [_mean_spread(values, scale, digits),
+                          "-" if method == reference else _improvement(values, ref_values)]
+            lines.append(f"| {method} | {column} | " + " | ".join(parts) + " |")
+        for placer in list(PLACERS) + ["lower bound"]:
+            parts = []
+            for d in devices:
+                exe, seconds = placers[(column, d)][placer]
+                value = exe if metric == "exe" else seconds
+                parts += [("infeasible" if not np.isfinite(value) else f"{value * scale:.{digits}f}"), ""]
+            lines.append(f"| *{placer}* | {column} | " + " | ".join(parts) + " |")
+    return "\n".join(lines)
+
+
+def header(experiment: str, settings: Settings, argv: list[str]) -> str:
+    cpu = platform.processor() or platform.machine()
+    return (f"Command: `python -m agents.experiments {' '.join(argv)}`  \n"
+            f"Machine: {os.cpu_count()} CPU cores ({cpu}), {platform.platform()}; no GPU (the cluster is "
+            f"simulated: P100s on PCIe).  \n"
+            f"Each run: `train.py --algo {settings.algo} --budget-seconds {settings.budget_seconds:g} "
+            f"--hidden-dim {settings.hidden_dim} --expected-moves {settings.expected_moves:g} "
+            f"--initial-placement {settings.initial_placement}` on one graph; {settings.seeds} seed(s); "
+            f"{settings.graphs} graph(s) per suite.\n")
+
+
+# -------------------------------------------------------------------------------------------- experiments
+
+def suite_graphs(settings: Settings) -> dict[str, list[str]]:
+    return {s: [f"{s}/{i}" for i in range(settings.graphs)] for s in SUITES}
+
+
+def all_placers(graphs_of: dict[str, list[str]], devices) -> dict:
+    return {(c, d): placer_rows(names, d) for c, names in graphs_of.items() for d in devices}
+
+
+def experiment_table2(settings: Settings, csv_rows: list[dict], metric: str = "exe") -> str:
+    graphs_of = suite_graphs(settings)
+    methods = {e: (e, ()) for e in ENCODERS}
+    cells = train_cells(methods, graphs_of, settings, csv_rows, settings.devices)
+    placers = all_placers(graphs_of, settings.devices)
+    return comparison_table(cells, placers, list(methods), list(graphs_of), settings.devices, REFERENCE, metric,
+                            "Dataset")
+
+
+def experiment_table3(settings: Settings, csv_rows: list[dict]) -> str:
+    return experiment_table2(settings, csv_rows, metric="com")
+
+
+def _flags(names: tuple[str, ...], values: tuple[bool, ...]) -> str:
+    return ", ".join(f"{n} {'✓' if v else '×'}" for n, v in zip(names, values))
+
+
+def experiment_table4(settings: Settings, csv_rows: list[dict]) -> str:
+    graphs_of = suite_graphs(settings)
+    methods = {}
+    for i, (adj, high, low) in enumerate(FAGA_ROWS, start=1):
+        label = f"{i}: {_flags(('adjacency', 'high', 'low'), (adj, high, low))}"
+        methods[label] = ("fadp-gt", () if (adj and high and low) else
+                          (("use_adjacency", adj), ("use_high", high), ("use_low", low)))
+    cells = train_cells(methods, graphs_of, settings, csv_rows, settings.devices)
+    placers = all_placers(graphs_of, settings.devices)
+    return comparison_table(cells, placers, list(methods), list(graphs_of), settings.devices, next(iter(methods)),
+                            "exe", "Dataset")
+
+
+def experiment_table5(settings: Settings, csv_rows: list[dict]) -> str:
+    graphs_of = suite_graphs(settings)
+    methods = {}
+    for i, (gap, gmp) in enumerate(DPFR_ROWS, start=1):
+        label = f"{i}: {_flags(('GAP', 'GMP'), (gap, gmp))}"
+        methods[label] = ("fadp-gt", () if (gap and gmp) else (("use_gap", gap), ("use_gmp", gmp)))
+    cells = train_cells(methods, graphs_of, settings, csv_rows, settings.devices)
+    placers = all_placers(graphs_of, settings.devices)
+    return comparison_table(cells, placers, list(methods), list(graphs_of), settings.devices, next(iter(methods)),
+                            "exe", "Dataset")
+
+
+def experiment_table6(settings: Settings, csv_rows: list[dict]) -> str:
+    graphs_of = {m: [m] for m in settings.models}
+    methods = {"placeto": ("placeto", ()), "fadp-gt": ("fadp-gt", ())}
+    d = settings.model_devices
+    cells = train_cells(methods, graphs_of, settings, csv_rows, (d,))
+    placers = all_placers(graphs_of, (d,))
+    lines = [f"{d} simulated P100s.", "",
+             "| Method | Model | Avg_Exe_Time (ms) | Impro | Avg_Com_Time (s) | Impro |", "|---|---|---|---|---|---|"]
+    for model in settings.models:
+        ref = cells[("placeto", model, d)]
+        for method in methods:
+            c = cells[(method, model, d)]
+            first = method == "placeto"
+            lines.append(f"| {method} | {model} | {_mean_spread(c.exe, 1e3, 3)} | "
+                         f"{'-' if first else _improvement(c.exe, ref.exe)} | {_mean_spread(c.com, 1.0, 2)} | "
+                         f"{'-' if first else _improvement(c.com, ref.com)} |")
+        for placer, (exe, seconds) in placers[(model, d)].items():
+            shown = "infeasible" if not np.isfinite(exe) else f"{exe * 1e3:.3f}"
+            lines.append(f"| *{placer}* | {model} | {shown} | | {seconds:.2f} | |")
+    return "\n".join(lines)
+
+
+def experiment_figure4(settings: Settings, csv_rows: list[dict]) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    graphs_of = suite_graphs(settings)
+    fig, axes = plt.subplots(len(settings.devices), len(SUITES), figsize=(4 * len(SUITES), 3 * len(settings.devices)),
+                             squeeze=False, dpi=90)
+    lines = ["| Encoder | Dataset | GPUs | best after 25% of the steps (ms) | after 50% | final |", "|---|---|---|---|---|---|"]
+    for col, suite in enumerate(SUITES):
+        for row, d in enumerate(settings.devices):
+            ax = axes[row][col]
+            placers = placer_rows(graphs_of[suite], d)
+            for i, encoder in enumerate(ENCODERS):
+                curves = []
+                for seed in range(settings.seeds):
+                    for g in graphs_of[suite]:
+                        r = run_training(Run(encoder, g, d, seed, (), encoder), settings)
+                        steps, values = zip(*r["curve"])
+                        curves.append((np.asarray(steps), np.asarray(values)))
+                        for s, v in r["curve"]:
+                            csv_rows.append({"encoder": encoder, "suite": suite, "graph": g, "devices": d,
+                                             "seed": seed, "step": s, "best_makespan_ms": v * 1e3})
+                grid = np.linspace(0, min(c[0][-1] for c in curves), 50)
+                mean = np.mean([np.interp(grid, s, v) for s, v in curves], axis=0) * 1e3
+                ax.plot(grid, mean, label=encoder, color=f"C{i}", linewidth=2.0 if encoder == "fadp-gt" else 1.0)
+                lines.append(f"| {encoder} | {suite} | {d} | {mean[12]:.3f} | {mean[25]:.3f} | {mean[-1]:.3f} |")
+            for j, placer in enumerate(("single", "heft")):
+                ax.axhline(placers[placer][0] * 1e3, linestyle="--", color="gray", linewidth=0.7)
+            ax.axhline(placers["lower bound"][0] * 1e3, color="k", linewidth=0.7)
+            ax.set_title(f"{suite}, {d} GPUs", fontsize=9)
+            ax.set_xlabel("environment steps", fontsize=8)
+            ax.set_ylabel("best makespan (ms)", fontsize=8)
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    settings.out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(settings.out / "figure4.png")
+    plt.close(fig)
+    return ("![learning curves](figure4.png)\n\nDashed: single device and HEFT; solid black: the lower bound. "
+            "Curves are the best makespan seen so far, mean over seeds and graphs.\n\n" + "\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m agents.experiments", description=__doc__.splitlines()[0])
+    parser.add_argument("experiment", choices=EXPERIMENTS + ("all",))
+    parser.add_argument("--quick", action="store_true",
+                        help="every row, one seed, one graph, 3 GPUs, 2 s per run (a smoke test)")
+    parser.add_argument("--seeds", type=int, help="seeds per cell (default 3)")
+    parser.add_argument("--graphs", type=int, help="graphs per suite: seeds 0..K-1 (default 1)")
+    parser.add_argument("--devices", type=int, nargs="+", help="device counts (default 3 5 8)")
+    parser.add_argument("--budget-seconds", type=float, help="search budget per run (default 60)")
+    parser.add_argument("--algo", choices=("ppo", "a2c", "reinforce"), help="training algorithm (default ppo)")
+    parser.add_argument("--hidden-dim", type=int, help="encoder width (default 64)")
+    parser.add_argument("--expected-moves", type=float, help="the head's stay prior (default 1; 0: off)")
+    parser.add_argument("--initial-placement", help="where episodes start (default single)")
+    parser.add_argument("--models", nargs="+", choices=REAL_MODELS, help="table6's models (default all six)")
+    parser.add_argument("--model-devices", type=int, help="table6's device count (default 8)")
+    parser.add_argument("--out", type=Path, help="output folder (default experiments/)")
+    args = parser.parse_args(argv)
+    settings = Settings(**(QUICK if args.quick else {}))
+    for name in ("seeds", "graphs", "devices", "budget_seconds", "algo", "hidden_dim", "expected_moves",
+                 "initial_placement", "models", "model_devices", "out"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(settings, name, tuple(value) if isinstance(value, list) else value)
+    if settings.seeds < 1 or settings.graphs < 1 or not 1 <= settings.graphs <= 17:
+        parser.error("--seeds must be >= 1 and --graphs between 1 and 17")
+    settings.out.mkdir(parents=True, exist_ok=True)
+    for experiment in (EXPERIMENTS if args.experiment == "all" else (args.experiment,)):
+        print(f"{experiment}:", flush=True)
+        csv_rows: list[dict] = []
+        body = globals()[f"experiment_{experiment}"](settings, csv_rows)
+        text = f"## {experiment}\n\n{header(experiment, settings, argv)}\n{body}\n"
+        (settings.out / f"{experiment}.md").write_text(text)
+        if csv_rows:
+            with open(settings.out / f"{experiment}.csv", "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(csv_rows[0]))
+                writer.writeheader()
+                writer.writerows(csv_rows)
+        print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

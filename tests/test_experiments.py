@@ -1,0 +1,59 @@
+"""python -m agents.experiments: every experiment's --quick mode gives a table with every row; shared runs
+are trained once; the aggregation by hand."""
+
+import numpy as np
+import pytest
+
+from agents import experiments as ex
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("experiments")
+    assert ex.main(["all", "--quick", "--budget-seconds", "1", "--out", str(out)]) == 0
+    return out
+
+
+def table_rows(path):
+    return [line for line in path.read_text().splitlines() if line.startswith("| ") and "---" not in line][1:]
+
+
+@pytest.mark.parametrize("table, methods", [
+    ("table2", list(ex.ENCODERS)), ("table3", list(ex.ENCODERS)),
+    ("table4", [f"{i}:" for i in range(1, 7)]), ("table5", [f"{i}:" for i in range(1, 5)])])
+def test_quick_tables_have_every_row(quick, table, methods):
+    rows = table_rows(quick / f"{table}.md")
+    for suite in ex.SUITES:
+        names = [r.split("|")[1].strip() for r in rows if r.split("|")[2].strip() == suite]
+        expected = methods + [f"*{p}*" for p in ex.PLACERS] + ["*lower bound*"]
+        assert [n.split(":")[0] + ":" if ":" in n else n for n in names] == expected, (table, suite, names)
+    assert "Command: `python -m agents.experiments all --quick" in (quick / f"{table}.md").read_text()
+    assert (quick / f"{table}.csv").read_text().count("\n") > 3
+
+
+def test_quick_table6_and_figure4(quick):
+    rows = table_rows(quick / "table6.md")
+    for model in ex.QUICK["models"]:
+        names = [r.split("|")[1].strip() for r in rows if r.split("|")[2].strip() == model]
+        assert names == ["placeto", "fadp-gt"] + [f"*{p}*" for p in ex.PLACERS] + ["*lower bound*"]
+    assert (quick / "figure4.png").stat().st_size > 10_000
+    assert len(table_rows(quick / "figure4.md")) == len(ex.ENCODERS) * len(ex.SUITES)
+
+
+def test_runs_shared_between_tables_are_trained_once(quick):
+    runs = list((quick / "runs").iterdir())
+    suites, models = len(ex.SUITES), len(ex.QUICK["models"])
+    # table2 (table3 and figure4 reuse it); table4 and table5 add their variants but share the full FADP-GT
+    assert len(runs) == suites * (len(ex.ENCODERS) + 5 + 3) + 2 * models
+
+
+def test_cells_and_improvements_by_hand():
+    runs = [{"seed": 0, "oom": False, "makespan": 2.0, "best_found_seconds": 1.0, "validation_seconds": 0.5},
+            {"seed": 0, "oom": False, "makespan": 4.0, "best_found_seconds": 3.0, "validation_seconds": 0.5},
+            {"seed": 1, "oom": True, "makespan": 1.0, "best_found_seconds": None, "validation_seconds": 0.1}]
+    cell = ex.Cell.of(runs, 2)
+    assert cell.exe == [3.0, float("inf")] and cell.com == [2.5, 0.1]
+    assert ex._mean_spread([1.0, 3.0], 1e3, 1) == "2000.0 ± 1000.0"
+    assert ex._mean_spread([1.0, float("inf")], 1.0, 1) == "OOM"
+    assert ex._improvement([4.0], [5.0]) == "+20.00%" and ex._improvement([6.0], [5.0]) == "-20.00%"
+    assert ex._improvement([np.inf], [5.0]) == "-"
