@@ -24,10 +24,8 @@ in the results is the search time at which the best placement was first seen.
 Departure from the spec's policy head, on by default here: ``--expected-moves 1``
 adds the head's stay prior (``agents/heads.py``), so an untrained policy moves
 about one unit per step instead of re-drawing every unit uniformly (a uniformly
-random placement of ``cifar10/0`` takes 6x the single-GPU time). On
-``cifar10/0`` with the default minute, PPO's best went from 21.92 ms (no
-prior; single device: 21.95) to 21.32 ms. ``--expected-moves 0`` is the spec's
-head exactly.
+random placement of ``cifar10/0`` takes 6x the single-GPU time).
+``--expected-moves 0`` is the spec's head exactly.
 """
 
 from __future__ import annotations

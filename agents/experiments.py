@@ -62,6 +62,16 @@ FAGA_ROWS = ((False, False, False), (True, False, False), (False, True, False), 
 DPFR_ROWS = ((False, False), (True, False), (False, True), (True, True))
 REAL_MODELS = ("vgg19", "inception_v3", "resnet50", "resnet101", "nasnet_large", "pnasnet_large")
 EXPERIMENTS = ("table2", "table3", "table4", "table5", "table6", "figure4")
+RESULTS_INTRO = """# Results
+
+Every table below was written by `python -m agents.experiments` (the command line heads each table; the
+per-run numbers are in the CSV files next to the tables in `experiments/`), on this project's 2-core CPU machine
+while other work shared it, so the computation times are wall-clock times under load. Execution times are
+simulated step times (`placement_env.simulate`, milliseconds) of 3, 5 or 8 simulated P100s on PCIe, not the
+paper's measured training runs: compare ratios between rows with the paper, not absolute values. Each
+"Against the paper" paragraph is computed from the table above it. See `agents/experiments.py` for what each
+column means.
+"""
 
 
 @dataclass(frozen=True)
@@ -187,7 +197,8 @@ def train_cells(methods: dict[str, tuple[str, tuple]], graphs_of: dict[str, list
                         csv_rows.append({"method": label, "column": column, "graph": g, "devices": d, "seed": seed,
                                          "makespan_ms": r["makespan"] * 1e3, "oom": r["oom"],
                                          "lb_ratio": r["lb_ratio"], "best_found_s": r["best_found_seconds"],
-                                         "search_s": r["search_seconds"], "steps": r["steps"]})
+                                         "search_s": r["search_seconds"], "com_s": (r["best_found_seconds"] or 0.0)
+                                         + r["validation_seconds"], "steps": r["steps"]})
                 cells[(label, column, d)] = Cell.of(runs, settings.seeds)
     return cells
 
@@ -245,6 +256,49 @@ def header(experiment: str, settings: Settings, argv: list[str]) -> str:
             f"{settings.graphs} graph(s) per suite.\n")
 
 
+# ------------------------------------------------------------------------------------------------ findings
+
+def _mean(cell: Cell, metric: str = "exe") -> float:
+    return float(np.mean(cell.exe if metric == "exe" else cell.com))
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.2%}"
+
+
+def comparison_findings(cells, placers, methods: list[str], columns: list[str], devices, best: str, reference: str,
+                        metric: str, what: str) -> list[str]:
+    """Plain statements, computed from the cells, of where ``best`` stands (the paper: first everywhere)."""
+    out = []
+    settings_ = [(c, d) for c in columns for d in devices]
+    first = [(c, d) for c, d in settings_
+             if _mean(cells[(best, c, d)], metric) <= min(_mean(cells[(m, c, d)], metric) for m in methods)]
+    word = "lowest" if metric == "exe" else "shortest"
+    paper = ("the paper: in all of them" if metric == "exe" else
+             "the paper: not the shortest, GNN, GCN and GAT are slightly faster, but far shorter than Placeto's")
+    out.append(f"{best} has the {word} {what} (ties counted) of the {len(methods)} rows in {len(first)} of "
+               f"{len(settings_)} settings ({paper})"
+               + (f": {', '.join(f'{c}/{d}' for c, d in first)}." if first else "."))
+    gains = [(_mean(cells[(reference, c, d)], metric) - _mean(cells[(best, c, d)], metric))
+             / _mean(cells[(reference, c, d)], metric) for c, d in settings_
+             if np.isfinite(_mean(cells[(reference, c, d)], metric)) and _mean(cells[(reference, c, d)], metric) > 0]
+    if gains:
+        out.append(f"Its improvement over {reference} ranges from {_pct(min(gains))} to {_pct(max(gains))} "
+                   f"(mean {_pct(float(np.mean(gains)))}); the paper reports improvements in every setting.")
+    if metric == "exe":
+        beaten = [(c, d) for c, d in settings_
+                  if _mean(cells[(best, c, d)]) < min(v[0] for k, v in placers[(c, d)].items() if k != "lower bound")]
+        out.append(f"{best} beats every classical placer ({', '.join(PLACERS)}) in {len(beaten)} of "
+                   f"{len(settings_)} settings (the paper does not compare with them).")
+        if len(devices) > 1:
+            monotone = [c for c in columns
+                        if all(_mean(cells[(best, c, a)]) >= _mean(cells[(best, c, b)])
+                               for a, b in zip(devices, devices[1:]))]
+            out.append(f"{best}'s execution time falls (or stays) as devices are added in {len(monotone)} of "
+                       f"{len(columns)} datasets (the paper: in all).")
+    return out
+
+
 # -------------------------------------------------------------------------------------------- experiments
 
 def suite_graphs(settings: Settings) -> dict[str, list[str]]:
@@ -255,16 +309,18 @@ def all_placers(graphs_of: dict[str, list[str]], devices) -> dict:
     return {(c, d): placer_rows(names, d) for c, names in graphs_of.items() for d in devices}
 
 
-def experiment_table2(settings: Settings, csv_rows: list[dict], metric: str = "exe") -> str:
+def experiment_table2(settings: Settings, csv_rows: list[dict], metric: str = "exe") -> tuple[str, list[str]]:
     graphs_of = suite_graphs(settings)
     methods = {e: (e, ()) for e in ENCODERS}
     cells = train_cells(methods, graphs_of, settings, csv_rows, settings.devices)
     placers = all_placers(graphs_of, settings.devices)
-    return comparison_table(cells, placers, list(methods), list(graphs_of), settings.devices, REFERENCE, metric,
-                            "Dataset")
+    args = (cells, placers, list(methods), list(graphs_of), settings.devices)
+    what = "execution time" if metric == "exe" else "computation time"
+    return (comparison_table(*args, REFERENCE, metric, "Dataset"),
+            comparison_findings(*args, "fadp-gt", REFERENCE, metric, what))
 
 
-def experiment_table3(settings: Settings, csv_rows: list[dict]) -> str:
+def experiment_table3(settings: Settings, csv_rows: list[dict]) -> tuple[str, list[str]]:
     return experiment_table2(settings, csv_rows, metric="com")
 
 
@@ -272,32 +328,35 @@ def _flags(names: tuple[str, ...], values: tuple[bool, ...]) -> str:
     return ", ".join(f"{n} {'✓' if v else '×'}" for n, v in zip(names, values))
 
 
-def experiment_table4(settings: Settings, csv_rows: list[dict]) -> str:
-    graphs_of = suite_graphs(settings)
+def experiment_table4(settings: Settings, csv_rows: list[dict]) -> tuple[str, list[str]]:
     methods = {}
     for i, (adj, high, low) in enumerate(FAGA_ROWS, start=1):
         label = f"{i}: {_flags(('adjacency', 'high', 'low'), (adj, high, low))}"
         methods[label] = ("fadp-gt", () if (adj and high and low) else
                           (("use_adjacency", adj), ("use_high", high), ("use_low", low)))
+    return _ablation(methods, settings, csv_rows)
+
+
+def _ablation(methods: dict, settings: Settings, csv_rows: list[dict]) -> tuple[str, list[str]]:
+    """Table 4 / 5: the variants against the first (everything off); the last row is the full model."""
+    graphs_of = suite_graphs(settings)
     cells = train_cells(methods, graphs_of, settings, csv_rows, settings.devices)
     placers = all_placers(graphs_of, settings.devices)
-    return comparison_table(cells, placers, list(methods), list(graphs_of), settings.devices, next(iter(methods)),
-                            "exe", "Dataset")
+    args = (cells, placers, list(methods), list(graphs_of), settings.devices)
+    labels = list(methods)
+    findings = comparison_findings(*args, labels[-1], labels[0], "exe", "execution time")[:2]
+    return comparison_table(*args, labels[0], "exe", "Dataset"), findings
 
 
-def experiment_table5(settings: Settings, csv_rows: list[dict]) -> str:
-    graphs_of = suite_graphs(settings)
+def experiment_table5(settings: Settings, csv_rows: list[dict]) -> tuple[str, list[str]]:
     methods = {}
     for i, (gap, gmp) in enumerate(DPFR_ROWS, start=1):
         label = f"{i}: {_flags(('GAP', 'GMP'), (gap, gmp))}"
         methods[label] = ("fadp-gt", () if (gap and gmp) else (("use_gap", gap), ("use_gmp", gmp)))
-    cells = train_cells(methods, graphs_of, settings, csv_rows, settings.devices)
-    placers = all_placers(graphs_of, settings.devices)
-    return comparison_table(cells, placers, list(methods), list(graphs_of), settings.devices, next(iter(methods)),
-                            "exe", "Dataset")
+    return _ablation(methods, settings, csv_rows)
 
 
-def experiment_table6(settings: Settings, csv_rows: list[dict]) -> str:
+def experiment_table6(settings: Settings, csv_rows: list[dict]) -> tuple[str, list[str]]:
     graphs_of = {m: [m] for m in settings.models}
     methods = {"placeto": ("placeto", ()), "fadp-gt": ("fadp-gt", ())}
     d = settings.model_devices
@@ -316,7 +375,14 @@ def experiment_table6(settings: Settings, csv_rows: list[dict]) -> str:
         for placer, (exe, seconds) in placers[(model, d)].items():
             shown = "infeasible" if not np.isfinite(exe) else f"{exe * 1e3:.3f}"
             lines.append(f"| *{placer}* | {model} | {shown} | | {seconds:.2f} | |")
-    return "\n".join(lines)
+    better = [m for m in settings.models if _mean(cells[("fadp-gt", m, d)]) < _mean(cells[("placeto", m, d)])]
+    oom = [m for m in settings.models if not np.isfinite(_mean(cells[("placeto", m, d)]))]
+    findings = [f"FADP-GT's placement is faster than Placeto's on {len(better)} of {len(settings.models)} models "
+                f"({', '.join(better) or 'none'}; the paper: on every model where Placeto fits)."]
+    findings.append(f"Placeto's best placement runs out of memory on {', '.join(oom)}." if oom else
+                    "Placeto's best placement fits in memory on every model (the paper: Placeto runs out of memory "
+                    "on NASNet and PNASNet).")
+    return "\n".join(lines), findings
 
 
 def experiment_figure4(settings: Settings, csv_rows: list[dict]) -> str:
@@ -358,8 +424,15 @@ def experiment_figure4(settings: Settings, csv_rows: list[dict]) -> str:
     settings.out.mkdir(parents=True, exist_ok=True)
     fig.savefig(settings.out / "figure4.png")
     plt.close(fig)
+    finals = {}
+    for line in lines[2:]:
+        cells_ = [c.strip() for c in line.strip("|").split("|")]
+        finals.setdefault((cells_[1], cells_[2]), {})[cells_[0]] = float(cells_[5])
+    lowest = sum(1 for v in finals.values() if v["fadp-gt"] <= min(v.values()))
+    findings = [f"FADP-GT's curve ends lowest of the {len(ENCODERS)} encoders in {lowest} of {len(finals)} "
+                "panels (the paper: lowest from start to end in every panel)."]
     return ("![learning curves](figure4.png)\n\nDashed: single device and HEFT; solid black: the lower bound. "
-            "Curves are the best makespan seen so far, mean over seeds and graphs.\n\n" + "\n".join(lines))
+            "Curves are the best makespan seen so far, mean over seeds and graphs.\n\n" + "\n".join(lines), findings)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", choices=REAL_MODELS, help="table6's models (default all six)")
     parser.add_argument("--model-devices", type=int, help="table6's device count (default 8)")
     parser.add_argument("--out", type=Path, help="output folder (default experiments/)")
+    parser.add_argument("--results", type=Path, help="also write every table of this invocation to this file")
     args = parser.parse_args(argv)
     settings = Settings(**(QUICK if args.quick else {}))
     for name in ("seeds", "graphs", "devices", "budget_seconds", "algo", "hidden_dim", "expected_moves",
@@ -389,11 +463,14 @@ def main(argv: list[str] | None = None) -> int:
     if settings.seeds < 1 or settings.graphs < 1 or not 1 <= settings.graphs <= 17:
         parser.error("--seeds must be >= 1 and --graphs between 1 and 17")
     settings.out.mkdir(parents=True, exist_ok=True)
+    sections: list[str] = []
     for experiment in (EXPERIMENTS if args.experiment == "all" else (args.experiment,)):
         print(f"{experiment}:", flush=True)
         csv_rows: list[dict] = []
-        body = globals()[f"experiment_{experiment}"](settings, csv_rows)
-        text = f"## {experiment}\n\n{header(experiment, settings, argv)}\n{body}\n"
+        body, findings = globals()[f"experiment_{experiment}"](settings, csv_rows)
+        text = (f"## {experiment}\n\n{header(experiment, settings, argv)}\n{body}\n\n**Against the paper.** "
+                + " ".join(findings) + "\n")
+        sections.append(text)
         (settings.out / f"{experiment}.md").write_text(text)
         if csv_rows:
             with open(settings.out / f"{experiment}.csv", "w", newline="") as f:
@@ -401,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
                 writer.writeheader()
                 writer.writerows(csv_rows)
         print(text, flush=True)
+    if args.results:
+        args.results.write_text(RESULTS_INTRO + "\n" + "\n".join(sections))
+        print(f"wrote {args.results}")
     return 0
 
 
