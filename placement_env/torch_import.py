@@ -31,11 +31,14 @@ no such pairing, and is not used.)
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import operator
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -87,15 +90,45 @@ def _tensor_bytes(value: Any) -> int:
 def _trace(module: nn.Module, example_inputs: tuple) -> tuple[torch.fx.GraphModule, str]:
     """A GraphModule of ``module`` and the tracer that produced it."""
     try:
-        return torch.export.export(module, example_inputs).module(), "torch.export"
+        with _quiet_torch_logs():  # a failed export logs its whole graph; the error below says what failed
+            return torch.export.export(module, example_inputs).module(), "torch.export"
     except Exception as export_error:  # noqa: BLE001 - any export failure falls back to fx
         try:
             return torch.fx.symbolic_trace(module), "torch.fx"
         except Exception as fx_error:  # noqa: BLE001
             first = lambda e: (str(e).strip().splitlines() or [type(e).__name__])[0]  # noqa: E731
-            raise ValueError(f"cannot trace module {type(module).__name__}: torch.export failed "
-                             f"({type(export_error).__name__}: {first(export_error)}); torch.fx failed "
-                             f"({type(fx_error).__name__}: {first(fx_error)})") from None
+            raise ValueError(f"cannot trace module {type(module).__name__}{_user_frame(module, fx_error)}: "
+                             f"torch.export failed ({type(export_error).__name__}: {first(export_error)}); "
+                             f"torch.fx failed ({type(fx_error).__name__}: {first(fx_error)})") from None
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs() -> Iterator[None]:
+    """Silence logging below CRITICAL and prints to stderr for the duration of the block (a failed
+    ``torch.export`` prints its partial graph there)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def _user_frame(module: nn.Module, error: BaseException) -> str:
+    """`` at file:line (`code`)``: the innermost frame of ``error``'s traceback in the module's own source file."""
+    import inspect
+    import traceback
+
+    try:
+        source = inspect.getsourcefile(type(module))
+    except (TypeError, OSError):  # a class defined without a source file (a REPL, python -c)
+        return ""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == source]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f" at {frame.filename}:{frame.lineno} (`{(frame.line or '').strip()}`)"
 
 
 def _op_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:

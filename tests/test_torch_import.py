@@ -126,7 +126,16 @@ def test_training_graph_simulates_and_profiling_measures():
 
 
 def test_untraceable_module_names_the_module_and_the_reasons():
-    with pytest.raises(ValueError, match="cannot trace module DataDependent: torch.export failed .*torch.fx failed"):
+    with pytest.raises(ValueError, match="cannot trace module DataDependent at .*test_torch_import.py:57 "
+                                         r"\(`if x.sum\(\) > 0:`\): torch.export failed .*torch.fx failed "
+                                         ".*control flow"):
         from_torch(DataDependent(), torch.randn(3))
     with pytest.raises(ValueError, match="unknown device kind 'tpu'"):
         from_torch(nn.Linear(2, 2), torch.randn(1, 2), device_kind="tpu")
+
+
+def test_a_failed_trace_prints_nothing_but_its_error(capfd):
+    with pytest.raises(ValueError, match="cannot trace module DataDependent"):
+        from_torch(DataDependent(), torch.randn(3))
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
