@@ -2,9 +2,11 @@
 
 ``from_torch(module, example_inputs)`` traces any ``nn.Module`` with
 ``torch.export`` (falling back to ``torch.fx.symbolic_trace`` when export
-fails; if both fail the error names the module and carries both reasons),
-runs the traced graph once on the example inputs through a
-``torch.fx.Interpreter`` and records, for every operation:
+fails; if both fail the error names the module, the line of its source at
+fault and both reasons), runs the traced graph once through a
+``torch.fx.Interpreter`` on fake tensors of the example inputs' shapes (no
+memory, no arithmetic; real tensors with ``profile=True``) and records, for
+every operation:
 
 * ``op``: the ATen (or module / function) name, e.g. ``conv2d``, ``linear``,
   ``relu``, ``getitem``; ``placement_env.features`` maps names to op-type
@@ -12,8 +14,9 @@ runs the traced graph once on the example inputs through a
 * ``flops``: what ``torch.utils.flop_counter.FlopCounterMode`` counts for it
   (convolutions, matrix products...; 0 for ops it does not count);
 * ``output_bytes``: bytes of the tensors it returns; ``param_bytes``: bytes of
-  the trainable parameters it is the first to read (a parameter shared by
-  several ops is charged once; buffers such as running statistics are not);
+  the trainable parameters only it reads (buffers such as running statistics
+  are not charged); a parameter read by several ops becomes a ``parameter`` op
+  of its own feeding each of them (``shared_parameters``);
 * ``cost`` (seconds on the reference device): a roofline estimate for the
   named device kind, ``max(flops / (peak x efficiency), bytes moved /
   (bandwidth x efficiency)) + launch overhead``, or, with ``profile=True``, the

@@ -70,24 +70,25 @@ class NmtSeq2Seq(nn.Module):
         c = list(h)
         outputs = []
         for t in range(self.spec.source_steps):
-            inp = x[:, t]
-            for layer, cell in enumerate(self.encoder):
-                h[layer], c[layer] = cell(inp, h[layer], c[layer])
-                inp = h[layer]
-            outputs.append(inp)
+            outputs.append(self._stack_step(self.encoder, x[:, t], h, c))
         memory = torch.stack(outputs, dim=1)  # (batch, source_steps, hidden)
         y = self.target_embed(target)
         logits = []
         for t in range(self.spec.target_steps):
-            inp = y[:, t]
-            for layer, cell in enumerate(self.decoder):
-                h[layer], c[layer] = cell(inp, h[layer], c[layer])
-                inp = h[layer]
+            inp = self._stack_step(self.decoder, y[:, t], h, c)
             weights = torch.softmax(torch.bmm(memory, inp.unsqueeze(2)).squeeze(2), dim=1)
             context = torch.bmm(weights.unsqueeze(1), memory).squeeze(1)
             attended = torch.tanh(self.attention_out(torch.cat([context, inp], dim=-1)))
             logits.append(self.project(attended))
         return torch.stack(logits, dim=1)
+
+    @staticmethod
+    def _stack_step(cells: nn.ModuleList, inp: torch.Tensor, h: list, c: list) -> torch.Tensor:
+        """One time step through the stacked cells, updating ``h`` and ``c`` in place; the top layer's output."""
+        for layer, cell in enumerate(cells):
+            h[layer], c[layer] = cell(inp, h[layer], c[layer])
+            inp = h[layer]
+        return inp
 
     def example_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
         s = self.spec
