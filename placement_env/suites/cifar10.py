@@ -63,7 +63,8 @@ class Cifar10Spec:
     def from_seed(cls, seed: int) -> "Cifar10Spec":
         rng = random.Random(seed)
         blocks = rng.randint(4, 6)
-        return cls(CellChoice.sample(rng, blocks), CellChoice.sample(rng, blocks), stages=3, cells_per_stage=1, width=rng.choice((20, 32, 36)), batch=rng.choice((32, 64, 128)))
+        return cls(CellChoice.sample(rng, blocks), CellChoice.sample(rng, blocks), stages=3, cells_per_stage=1,
+                   width=rng.choice((20, 32, 36)), batch=rng.choice((32, 64, 128)))
 
 
 def _relu_conv_bn(c_in: int, c_out: int, kernel: int, stride: int = 1, groups: int = 1) -> nn.Sequential:
