@@ -11,9 +11,11 @@ Measures, single-threaded, on the training graph of a seeded layered DAG of
 * ``simulate`` one placement at a time (building the full schedule);
 * the pure-Python heapq reference on a few of the same placements;
 
-the time per op on a 100-op and a 1,000-op graph (does the cost grow with the
-working set?), and the wall time of one ``simulate`` call on a 10,000-op
-training graph.
+the same batched rate on the shipped training graphs of about 1,000 ops
+(``ptb/3``, ``nmt/12``, ``resnet101``, ``inception_v3``: 1.4 to 2.3 edges per
+op, where the synthetic graph above has 4); the time per op on a 100-op and a
+1,000-op graph (does the cost grow with the working set?), and the wall time of
+one ``simulate`` call on a 10,000-op training graph.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ import time
 import numpy as np
 
 from baselines import place
-from placement_env import Cluster, layered_dag, simulate, simulate_batch
+from placement_env import Cluster, layered_dag, load_graph, simulate, simulate_batch
 from placement_env.simulator_reference import simulate_reference
+
+
+SHIPPED_GRAPHS = ("ptb/3", "nmt/12", "resnet101", "inception_v3")
 
 
 def best_rate(fn, count: int, repeats: int = 3) -> float:
@@ -71,6 +76,16 @@ def main() -> None:
     }
     figures["speedup_batch_vs_reference"] = figures["batch_random_evals_per_s"] / figures["reference_random_evals_per_s"]
 
+    shipped = {}
+    for name in SHIPPED_GRAPHS:
+        g_ship = load_graph(name)
+        units = rng.integers(0, args.devices, (2000, g_ship.num_units))[:, g_ship.unit_of]
+        simulate_batch(g_ship, units[:2], cluster)
+        shipped[name] = {"ops": g_ship.num_nodes, "edges": g_ship.num_edges,
+                         "batch_random_evals_per_s": best_rate(
+                             lambda: simulate_batch(g_ship, units, cluster, check=False), 2000)}
+    figures["shipped_graphs"] = shipped
+
     per_op = {}
     for forward_ops in (50, 500):
         g_size = layered_dag(0, num_ops=forward_ops)
@@ -96,6 +111,9 @@ def main() -> None:
     print(f"simulate (with schedule), random  : {figures['single_random_evals_per_s']:>10,.0f} evaluations/s")
     print(f"heapq reference, random           : {figures['reference_random_evals_per_s']:>10,.1f} evaluations/s")
     print(f"batch / reference speed-up        : {figures['speedup_batch_vs_reference']:>10,.0f}x")
+    for name, f in shipped.items():
+        print(f"simulate_batch, random, {name:<13}: {f['batch_random_evals_per_s']:>8,.0f} evaluations/s"
+              f"  ({f['ops']} ops, {f['edges']} edges)")
     for ops, ns in per_op.items():
         print(f"time per op, {ops:>5}-op graph, random placements: {ns:6.0f} ns")
     b = figures["big_graph"]

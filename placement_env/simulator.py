@@ -132,8 +132,6 @@ class _Prepared(NamedTuple):
     sptr: np.ndarray
     sdst: np.ndarray
     sbytes: np.ndarray
-    pptr: np.ndarray
-    psrc: np.ndarray
     indeg: np.ndarray
     critical_path: float
 
@@ -155,12 +153,9 @@ def _build_prepared(graph: ComputationGraph) -> _Prepared:
     sptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=sptr[1:])
     indeg = np.bincount(dst, minlength=n).astype(np.int64)
-    pperm = np.lexsort((src, dst))
-    pptr = np.zeros(n + 1, np.int64)
-    np.cumsum(indeg, out=pptr[1:])
     return _Prepared(order, graph.cost[order].copy(), graph.output_bytes[order].copy(),
                      graph.param_bytes[order].copy(), sptr, dst[perm].astype(np.int64),
-                     graph.edge_bytes[perm].copy(), pptr, src[pperm].astype(np.int64), indeg, _critical_path(graph))
+                     graph.edge_bytes[perm].copy(), indeg, _critical_path(graph))
 
 
 def check_placement(graph: ComputationGraph, placement, cluster: Cluster, check_colocation: bool = True) -> np.ndarray:
@@ -218,8 +213,7 @@ class Simulator:
 
     def _kernel_args(self) -> tuple:
         prep = self._prep
-        return (prep.cost, prep.out_bytes, prep.param_bytes, prep.sptr, prep.sdst, prep.sbytes, prep.pptr,
-                prep.psrc, prep.indeg)
+        return prep.cost, prep.out_bytes, prep.param_bytes, prep.sptr, prep.sdst, prep.sbytes, prep.indeg
 
     def run(self, placement: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """``(makespan, peak_memory, busy)`` of a *validated* int64 node placement (arrays are copies)."""
