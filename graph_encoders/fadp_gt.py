@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from .base import GraphEncoder
 from .batch import GraphBatch
 from .dpfr import DPFR
-from .faga import FAGALayer
+from .faga import FAGALayer, sparse_block_diagonal
 from .pooling import masked_mean, zero_padding
 from .spectral import DEFAULT_TAU, DENSE_LIMIT, normalized_frequency_maps, padded_maps
 from .structure import PerGraphCache, symmetric_adjacency
@@ -70,7 +70,8 @@ class FADPGT(GraphEncoder):
         n = int(batch.node_mask.sum(dim=1).max())
         mask = batch.node_mask[:, :n]
         x = zero_padding(self.embed(batch.x[:, :n]), mask)
-        adj_hat = self.adjacency_cache.batched(batch, _padded)[:, :n, :n] if self.use_adjacency else None
+        adj_hat = (sparse_block_diagonal(self.adjacency_cache.batched(batch, _padded)[:, :n, :n])
+                   if self.use_adjacency else None)
         maps = self.spectral_cache.batched(batch, padded_maps)[:, :, :n, :n] if self.uses_spectrum else None
         f_avg = torch.zeros_like(x)
         f_max = torch.zeros_like(x)

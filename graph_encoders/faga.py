@@ -33,7 +33,26 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .pooling import masked_softmax, zero_padding
+from .modulated_attention import modulated_attention
+from .pooling import zero_padding
+
+
+def sparse_block_diagonal(adj: Tensor) -> Tensor:
+    """(G, N, N) dense matrices -> one sparse (G*N, G*N) block-diagonal matrix (G = 1: shared by a batch)."""
+    g, n, _ = adj.shape
+    gi, i, j = adj.nonzero(as_tuple=True)
+    index = torch.stack([gi * n + i, gi * n + j])
+    return torch.sparse_coo_tensor(index, adj[gi, i, j], (g * n, g * n), check_invariants=False).coalesce()
+
+
+def propagate(adj: Tensor, m: Tensor) -> Tensor:
+    """``adj @ m`` per graph and head: ``adj`` from :func:`sparse_block_diagonal`, ``m`` (B, H, N, d)."""
+    b, h, n, d = m.shape
+    if adj.shape[0] == n:  # one graph for the batch: nodes as rows, (graph, head, feature) as columns
+        out = torch.sparse.mm(adj, m.permute(2, 0, 1, 3).reshape(n, b * h * d))
+        return out.view(n, b, h, d).permute(1, 2, 0, 3)
+    out = torch.sparse.mm(adj, m.permute(0, 2, 1, 3).reshape(b * n, h * d))
+    return out.view(b, n, h, d).permute(0, 2, 1, 3)
 
 
 class FAGALayer(nn.Module):
@@ -83,24 +102,17 @@ class FAGALayer(nn.Module):
         return t.view(b, n, self.heads, self.dim // self.heads).transpose(1, 2)  # (B, H, N, d_h)
 
     def forward(self, x: Tensor, mask: Tensor, adj_hat: Tensor | None = None, maps: Tensor | None = None) -> Tensor:
-        """``x`` (B, N, d), ``mask`` (B, N); ``adj_hat`` (B or 1, N, N) and ``maps`` (B or 1, 3, N, N: A_low,
-        A_high, ones) when the switches use them (a leading 1 broadcasts over the batch)."""
+        """``x`` (B, N, d), ``mask`` (B, N); ``adj_hat`` (sparse, from :func:`sparse_block_diagonal`) and
+        ``maps`` (B or 1, 3, N, N: A_low, A_high, ones) when the switches use them (a leading 1 broadcasts
+        over the batch)."""
         b, n, _ = x.shape
         q, k, v = self._split(self.q(x)), self._split(self.k(x)), self._split(self.v(x))
         key_mask = mask[:, None, None, :]
         m = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)  # softmax(QK^T / sqrt(d_h)) V
-        if self.use_adjacency:  # \hat A (softmax V): never an N^3 product
-            if adj_hat.shape[0] == 1:  # one graph for the whole batch: a single matrix product
-                dh = self.dim // self.heads
-                m = (adj_hat[0] @ m.permute(2, 0, 1, 3).reshape(n, -1)).view(n, b, self.heads, dh).permute(1, 2, 0, 3)
-            else:
-                m = adj_hat.unsqueeze(1) @ m
+        if self.use_adjacency:  # \hat A (softmax V) as a sparse product: never an N^3 or even N^2 d term
+            m = propagate(adj_hat, m)
         if self.uses_spectrum:
-            scale = 1.0 / math.sqrt(self.dim // self.heads)
-            coef = self.modulation_coefficients() * scale
-            mb = maps.shape[0]
-            modulation = (coef @ maps.reshape(mb, 3, n * n)).view(mb, self.heads, n, n)  # I_h / sqrt(d_h)
-            scores = (q @ k.transpose(-1, -2)) * modulation
-            m = masked_softmax(scores, key_mask) @ m
+            coef = self.modulation_coefficients() / math.sqrt(self.dim // self.heads)  # I_h / sqrt(d_h)
+            m = modulated_attention(q, k, m, coef, maps, mask)
         merged = m.transpose(1, 2).reshape(b, n, self.dim)
         return zero_padding(self.norm(x + self.out(merged)), mask)

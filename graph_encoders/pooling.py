@@ -21,13 +21,6 @@ def masked_max(x: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask.any(dim=1, keepdim=True), out, torch.zeros_like(out))
 
 
-def masked_softmax(scores: Tensor, key_mask: Tensor) -> Tensor:
-    """Softmax over the last axis with padded keys excluded; ``key_mask`` broadcasts to ``scores``."""
-    if bool(key_mask.all()):  # nothing to mask: spare a pass over a (B, H, N, N) tensor
-        return torch.softmax(scores, dim=-1)
-    return torch.softmax(scores.masked_fill(~key_mask, NEG), dim=-1)
-
-
 def zero_padding(x: Tensor, mask: Tensor) -> Tensor:
     """Zero the rows of padding nodes: (B, N, d)."""
     return x * mask.unsqueeze(-1).to(x.dtype)

@@ -161,3 +161,36 @@ def test_fadp_gt_runs_the_approximate_path_for_large_graphs():
         b, _ = approx(batch)
     assert torch.isfinite(b).all()
     assert (a - b).abs().mean() < 0.2 * a.abs().mean()
+
+
+@pytest.mark.parametrize("shared_maps", [True, False])
+def test_chunked_modulated_attention_equals_the_autograd_formula(shared_maps, monkeypatch):
+    """FAGA's eq. 8 kernel (chunked forward, recomputing backward) against eq. 8 written with autograd."""
+    from graph_encoders import modulated_attention as ma
+
+    monkeypatch.setattr(ma, "CHUNK_ELEMENTS", 2 * 3 * 7 * 7)  # two graphs per chunk: 5 graphs -> 3 chunks
+    g = torch.Generator().manual_seed(0)
+    b, h, n, dh, c = 5, 3, 7, 4, 3
+    q, k, m = (torch.randn(b, h, n, dh, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    coef = torch.randn(h, c, generator=g, dtype=torch.float64, requires_grad=True)
+    maps = torch.randn(1 if shared_maps else b, c, n, n, generator=g, dtype=torch.float64)
+    key_mask = torch.ones(b, n, dtype=torch.bool)
+    key_mask[1, 5:] = False
+    key_mask[4, 2:] = False
+
+    out = ma.modulated_attention(q, k, m, coef, maps, key_mask)
+    weights = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    grads = torch.autograd.grad((out * weights).sum(), (q, k, m, coef))
+
+    modulation = torch.einsum("hc,bcij->bhij", coef, maps)
+    logits = (q @ k.transpose(-1, -2) * modulation).masked_fill(~key_mask[:, None, None, :], -1e9)
+    expected = torch.softmax(logits, dim=-1) @ m
+    expected_grads = torch.autograd.grad((expected * weights).sum(), (q, k, m, coef))
+
+    torch.testing.assert_close(out, expected)
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want)
+    # padded keys get no weight: changing their values and keys changes nothing
+    m2 = m.detach().clone()
+    m2[1, :, 5:] = 100.0
+    torch.testing.assert_close(ma.modulated_attention(q, k, m2, coef, maps, key_mask)[1], out[1])
