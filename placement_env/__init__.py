@@ -23,7 +23,7 @@ from .simulator import (
     simulate,
     simulate_batch,
 )
-from .synthetic import layered_dag
+from .synthetic import layered_dag, two_chains
 from .training_graph import to_training_graph
 from .env import DevicePlacementEnv
 from .placement_task import unflatten_observation
@@ -48,6 +48,7 @@ if "DevicePlacementSequential-v0" not in _gym.registry:
 __all__ = [
     "DEFAULT_GRAPH", "DEVICE_KINDS", "BatchResult", "coarsen", "DevicePlacementEnv", "DevicePlacementSequentialEnv", "Cluster", "ComputationGraph", "Device", "Edge", "Node",
     "Schedule", "SimulationResult", "Simulator", "check_placement", "critical_path", "layered_dag", "list_graphs",
+    "two_chains",
     "load_graph", "load_suite", "SUITES", "lower_bound", "read_graph", "read_placement", "simulate", "simulate_batch",
     "from_torch", "to_training_graph", "unflatten_observation", "write_graph", "write_placement",
 ]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .cluster import Cluster, Device
 from .graph import ComputationGraph, Edge, Node
 from .training_graph import to_training_graph
 
@@ -108,3 +109,29 @@ def layered_dag(seed: int = 0, training: bool = True, name: str | None = None, *
     label = name or f"layered-{n}-s{seed}"
     g = ComputationGraph(nodes, [Edge(f"op{u}", f"op{v}") for u, v in edges], name=label)
     return to_training_graph(g, name=label) if training else g
+
+
+def two_chains(kind: str = "heavy-light", length: int = 8):
+    """Two independent chains on a two-device cluster with a known optimum, for learning tests.
+
+    ``"heavy-light"``: a chain of 1-s matmuls and a chain of 0.5-s convolutions,
+    devices of speed 2 and 1: the optimum puts the heavy chain on device 0 and
+    the light one on device 1 (``length`` / 2 seconds each); everything on
+    device 0 takes 1.5x that, the chains swapped 2x. ``"equal"``: two chains of
+    1-s matmuls on two equal devices: optimum one chain per device (``length``
+    seconds), everything on one device twice that. Links are slow (0.3 s
+    latency), so splitting a chain costs more than it gains.
+
+    Returns ``(graph, cluster, optimal node placement)``.
+    """
+    if kind not in ("heavy-light", "equal"):
+        raise ValueError(f"unknown two_chains kind {kind!r}; use 'heavy-light' or 'equal'")
+    heavy_light = kind == "heavy-light"
+    nodes = [Node(f"a{i}", "matmul", 1.0, 1000) for i in range(length)] + \
+        [Node(f"b{i}", "conv2d" if heavy_light else "matmul", 0.5 if heavy_light else 1.0, 1000)
+         for i in range(length)]
+    edges = [Edge(f"{c}{i}", f"{c}{i + 1}") for c in "ab" for i in range(length - 1)]
+    speeds = (2.0, 1.0) if heavy_light else (1.0, 1.0)
+    cluster = Cluster([Device(f"gpu{i}", s, 10**9) for i, s in enumerate(speeds)], np.full((2, 2), 1e4),
+                      np.full((2, 2), 0.3))
+    return ComputationGraph(nodes, edges, name=f"two-chains-{kind}"), cluster, [0] * length + [1] * length

@@ -198,6 +198,19 @@ def test_layered_dag_is_seeded_and_shaped_by_its_parameters():
         layered_dag(0, num_ops=0)
 
 
+@pytest.mark.parametrize("kind, optimum, all_on_first", [("heavy-light", 4.0, 6.0), ("equal", 8.0, 16.0)])
+def test_two_chains_optimum_by_hand(kind, optimum, all_on_first):
+    from placement_env import simulate, two_chains
+
+    g, cluster, optimal = two_chains(kind)
+    assert simulate(g, optimal, cluster).makespan == optimum  # 8 ops of 1 s at speed 2, or of 0.5 s at speed 1
+    assert simulate(g, [0] * 16, cluster).makespan == all_on_first
+    swapped = simulate(g, [1 - d for d in optimal], cluster).makespan
+    assert swapped == (8.0 if kind == "heavy-light" else optimum)
+    with pytest.raises(ValueError, match="unknown two_chains kind 'three'"):
+        two_chains("three")
+
+
 def test_suites():
     from placement_env import load_suite
 
