@@ -372,7 +372,8 @@ class Workspace:
         ("xcount", "n", np.int64),
         ("free_at_op", "n", np.float64), ("free_at_x", "x", np.float64),
         ("op_t", "2n+m", np.float64), ("op_b", "2n+m", np.float64), ("recv_t", "x+m", np.float64),
-        ("recv_b", "x+m", np.float64), ("send_t", "x+m", np.float64), ("send_b", "x+m", np.float64), ("busy", "m", np.float64), ("peak", "m", np.float64),
+        ("recv_b", "x+m", np.float64), ("send_t", "x+m", np.float64), ("send_b", "x+m", np.float64),
+        ("busy", "m", np.float64), ("peak", "m", np.float64),
     )
 
     def __init__(self, n: int, e: int, m: int) -> None:

@@ -58,7 +58,8 @@ def main() -> None:
                 obs, _ = env.reset(seed=0)
                 slow = torch.softmax(net(obs)[0], dim=-1)[: graph.num_units, 1].numpy()
             print(f"  {label:<40} greedy {greedy:5.2f} s   last episode's best {history[-1]['best_makespan']:5.2f} s"
-                  f"   P(device 1) heavy/first chain {slow[:LENGTH].mean():.2f}, light/second {slow[LENGTH:].mean():.2f}")
+                  f"   P(device 1) heavy/first chain {slow[:LENGTH].mean():.2f},"
+                  f" light/second {slow[LENGTH:].mean():.2f}")
 
 
 if __name__ == "__main__":
