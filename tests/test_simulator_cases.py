@@ -153,3 +153,10 @@ def test_lower_bound_hand_case():
     g = graph([("a", 1.0, 0), ("b", 2.0, 0), ("c", 1.0, 0)], [("a", "b")])
     assert lower_bound(g, uniform_cluster(2)) == 3.0
     assert lower_bound(g, uniform_cluster(8, speed=4.0)) == 0.75
+
+
+def test_workspace_refuses_a_graph_beyond_its_32_bit_positions():
+    from placement_env.simulator_kernel import Workspace
+
+    with pytest.raises(ValueError, match="too large for the simulator"):
+        Workspace(2**31, 10, 3)  # refused before anything is allocated
