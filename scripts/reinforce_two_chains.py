@@ -1,6 +1,10 @@
 """REINFORCE (the paper's agent) with FADP-GT on the learning test's graphs, under several settings.
 
-Run: ``python scripts/reinforce_two_chains.py`` (about two minutes on one core).
+Run: ``python scripts/reinforce_two_chains.py`` (about three minutes on one core).
+
+For comparison, the same 1,024 placements with stable-baselines3: PPO as in
+``tests/test_policy.py`` (64 placements per update, 10 epochs over each
+batch), PPO with one epoch, and A2C.
 
 Prints, per setting, the greedy placement's makespan after training, the best
 makespan sampled in the last episode, and the mean probability the trained
@@ -22,7 +26,7 @@ import numpy as np
 import torch
 
 import placement_env  # noqa: F401  (registers the environments)
-from agents import ReinforceConfig, train_reinforce
+from agents import ReinforceConfig, make_sb3, train_reinforce
 from agents.reinforce import greedy_placement
 from placement_env import simulate, two_chains
 
@@ -39,6 +43,23 @@ SETTINGS = [  # (label, ReinforceConfig overrides, placements per episode, episo
     ("8 placements per episode", {}, 8, 128),
     ("4,096 episodes", {}, 1, 4096),
 ]
+
+
+SB3_SETTINGS = [  # (label, algorithm, keyword arguments)
+    ("PPO, 10 epochs per batch (the test's)", "ppo", {"n_steps": 64, "batch_size": 64}),
+    ("PPO, 1 epoch per batch", "ppo", {"n_steps": 64, "batch_size": 64, "n_epochs": 1}),
+    ("A2C, 8 placements per update", "a2c", {"n_steps": 8}),
+]
+
+
+def sb3_makespan(graph, cluster, algo: str, kwargs: dict, steps: int = 1024) -> float:
+    """Train ``algo`` for ``steps`` placements and return its deterministic placement's makespan (s)."""
+    env = gym.make("DevicePlacement-v0", graph=graph, cluster=cluster, episode_length=1)
+    model = make_sb3(algo, env, encoder="fadp-gt", seed=0, learning_rate=1e-3, **kwargs)
+    model.learn(total_timesteps=steps)
+    obs, _ = env.reset(seed=0)
+    action, _ = model.predict(obs, deterministic=True)
+    return env.step(action)[4]["makespan"]
 
 
 def main() -> None:
@@ -60,6 +81,9 @@ def main() -> None:
             print(f"  {label:<40} greedy {greedy:5.2f} s   last episode's best {history[-1]['best_makespan']:5.2f} s"
                   f"   P(device 1) heavy/first chain {slow[:LENGTH].mean():.2f},"
                   f" light/second {slow[LENGTH:].mean():.2f}")
+        if kind == "heavy-light":
+            for label, algo, kwargs in SB3_SETTINGS:
+                print(f"  {label:<40} deterministic {sb3_makespan(graph, cluster, algo, kwargs):5.2f} s")
 
 
 if __name__ == "__main__":
