@@ -52,7 +52,7 @@ def _unsigned(*names: str) -> dict:
     return {name: uint32 for name in names}
 
 
-@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"}, inline="always",
+@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"},
       locals=_unsigned("base", "i", "p"))
 def _sift_up(hkey, hval, base, i, key, val):
     """Move (key, val) up from the hole at position ``i`` of the heap at ``base`` to its place."""
@@ -69,7 +69,7 @@ def _sift_up(hkey, hval, base, i, key, val):
     hval[base + i] = val
 
 
-@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"}, inline="always")
+@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"})
 def _heap_push(hkey, hval, base, size, key, val):
     """Insert (key, val) into the binary min-heap ``hkey/hval[base:base+size]``.
 
@@ -79,7 +79,7 @@ def _heap_push(hkey, hval, base, size, key, val):
     _sift_up(hkey, hval, base, size, key, val)
 
 
-@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"}, inline="always",
+@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"},
       locals=_unsigned("base", "i", "c", "size"))
 def _heap_pop(hkey, hval, base, size):
     """Remove and return the value of the smallest (key, value) of the heap.
