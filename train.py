@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encoder-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an encoder keyword argument, e.g. use_low=false or num_layers=3 (repeatable)")
     p.add_argument("--learning-rate", type=float, default=1e-3)
+    p.add_argument("--epsilon", type=float, default=0.1,
+                   help="REINFORCE: probability of drawing a unit's device uniformly instead of from the policy")
     p.add_argument("--checkpoint-every", type=int, default=2048, help="steps between checkpoints (SB3)")
     p.add_argument("--out", default="runs/latest", help="output folder (default runs/latest)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
@@ -100,6 +102,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--budget-seconds must be positive, got {args.budget_seconds}")
     if args.expected_moves < 0:
         raise ValueError(f"--expected-moves must be >= 0, got {args.expected_moves}")
+    if not 0 <= args.epsilon <= 1:
+        raise ValueError(f"--epsilon must be in [0, 1], got {args.epsilon}")
     from graph_encoders import build_encoder
 
     build_encoder(args.encoder, 8, **encoder_options(args))  # an unknown option fails now, with its name
@@ -222,7 +226,8 @@ def train_reinforce_run(args, out: Path, tracker: BestTracker, deadline: float) 
     env = gym.make("DevicePlacement-v0", **make_env_kwargs(args))
     config = ReinforceConfig(encoder=args.encoder, encoder_kwargs=encoder_options(args),
                              expected_moves=args.expected_moves or None,
-                             learning_rate=args.learning_rate, episodes=args.episodes, seed=args.seed)
+                             learning_rate=args.learning_rate, epsilon=args.epsilon, episodes=args.episodes,
+                             seed=args.seed)
     checkpoint = out / "checkpoint.pt"
     network = load_network(checkpoint)[0] if args.resume and checkpoint.exists() else None
     steps = [0]

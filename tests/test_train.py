@@ -46,7 +46,7 @@ def test_every_encoder_with_ppo(graph_file, tmp_path, encoder):
     assert results["encoder"] == encoder
 
 
-@pytest.mark.parametrize("algo, extra", [("a2c", ["--timesteps", "16"]), ("reinforce", ["--episodes", "3"]),
+@pytest.mark.parametrize("algo, extra", [("a2c", ["--timesteps", "16"]), ("reinforce", ["--episodes", "3", "--epsilon", "0"]),
                                          ("maskable-ppo", ["--timesteps", "16"])])
 def test_every_algorithm(graph_file, tmp_path, algo, extra):
     results = run(graph_file, tmp_path, "--algo", algo, "--encoder", "gcn", *extra)
@@ -71,6 +71,7 @@ def test_resume_continues_from_the_checkpoint(graph_file, tmp_path):
     (["--encoder", "gcn", "--encoder-option", "use_low=false"], "encoder 'gcn' has no option 'use_low'"),
     (["--initial-placement", "best"], "unknown initial_placement 'best'"),
     (["--expected-moves", "-1"], "--expected-moves must be >= 0"),
+    (["--epsilon", "1.5"], "--epsilon must be in [0, 1]"),
 ])
 def test_bad_arguments_end_with_one_line_and_exit_2(tmp_path, args, message):
     out = subprocess.run([sys.executable, "train.py", "--out", str(tmp_path), *args], cwd=ROOT,
