@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 import time
 from importlib import metadata
@@ -167,7 +168,34 @@ def make_env_kwargs(args: argparse.Namespace) -> dict:
     return kwargs
 
 
-def train_sb3(args, out: Path, tracker: BestTracker, deadline: float) -> int:
+class CtrlC:
+    """While active, Ctrl-C (SIGINT) asks training to stop at the next step, so the run still ends with all its
+    outputs and checkpoint; a second Ctrl-C interrupts at once (KeyboardInterrupt)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __enter__(self) -> "CtrlC":
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("interrupted: stopping after this step, keeping the best placement found so far", file=sys.stderr)
+
+
+def ignore_ctrl_c(env):
+    """``make_vec_env`` wrapper for SubprocVecEnv workers: Ctrl-C is the main process's to handle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return env
+
+
+def train_sb3(args, out: Path, tracker: BestTracker, deadline: float, stop: CtrlC) -> int:
     """Train an SB3 algorithm; returns the number of environment steps taken."""
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -179,7 +207,7 @@ def train_sb3(args, out: Path, tracker: BestTracker, deadline: float) -> int:
         else "placement_env:DevicePlacement-v0"
     vec_cls = SubprocVecEnv if args.n_envs > 1 else DummyVecEnv
     env = make_vec_env(env_id, n_envs=args.n_envs, seed=args.seed, vec_env_cls=vec_cls,
-                       env_kwargs=make_env_kwargs(args))
+                       env_kwargs=make_env_kwargs(args), wrapper_class=ignore_ctrl_c if args.n_envs > 1 else None)
     checkpoint = out / "checkpoint.zip"
     tensorboard = str(out / "tensorboard") if _has("tensorboard") else None
     if args.resume and checkpoint.exists():
@@ -205,20 +233,20 @@ def train_sb3(args, out: Path, tracker: BestTracker, deadline: float) -> int:
             if self.num_timesteps % args.checkpoint_every < args.n_envs:
                 self.model.save(checkpoint)
                 (out / "tracker.json").write_text(json.dumps(tracker.state()))
-            return time.perf_counter() < deadline
+            return time.perf_counter() < deadline and not stop.requested
 
     try:
         model.learn(total_timesteps=args.timesteps, callback=Track(), progress_bar=_progress(args),
                     reset_num_timesteps=not (args.resume and checkpoint.exists()), tb_log_name=args.algo)
-    except KeyboardInterrupt:
-        print("interrupted: keeping the best placement found so far", file=sys.stderr)
+    except KeyboardInterrupt:  # a second Ctrl-C
+        print("interrupted at once: keeping the best placement found so far", file=sys.stderr)
     model.save(checkpoint)
     steps = int(model.num_timesteps)
     env.close()
     return steps
 
 
-def train_reinforce_run(args, out: Path, tracker: BestTracker, deadline: float) -> int:
+def train_reinforce_run(args, out: Path, tracker: BestTracker, deadline: float, stop: CtrlC) -> int:
     import gymnasium as gym
 
     from agents import ReinforceConfig, load_network, save_network, train_reinforce
@@ -235,18 +263,19 @@ def train_reinforce_run(args, out: Path, tracker: BestTracker, deadline: float) 
     def on_episode(record: dict) -> bool:
         steps[0] += args.episode_length
         tracker.update(record, steps[0])
-        return time.perf_counter() < deadline
+        return time.perf_counter() < deadline and not stop.requested
 
     try:
         network, _ = train_reinforce(env, config, network=network, callback=on_episode)
-    except KeyboardInterrupt:
-        print("interrupted: keeping the best placement found so far", file=sys.stderr)
+    except KeyboardInterrupt:  # a second Ctrl-C
+        print("interrupted at once: keeping the best placement found so far", file=sys.stderr)
     if network is not None:
         save_network(network, config, checkpoint, env.observation_space)
     return steps[0]
 
 
-def write_outputs(args, out: Path, tracker: BestTracker, steps: int, search_seconds: float) -> dict:
+def write_outputs(args, out: Path, tracker: BestTracker, steps: int, search_seconds: float,
+                  interrupted: bool = False) -> dict:
     """Simulate the best placement, compare with the placers, write every output file; returns the results."""
     import matplotlib
 
@@ -289,7 +318,7 @@ def write_outputs(args, out: Path, tracker: BestTracker, steps: int, search_seco
     write_placement(np.asarray(tracker.best[graph.name][1]), out / "placement.json")
     results = {
         **first, "cluster": cluster.to_dict(), "encoder": args.encoder, "algo": args.algo,
-        "search_seconds": search_seconds, "steps": steps, "seed": args.seed,
+        "search_seconds": search_seconds, "steps": steps, "seed": args.seed, "interrupted": interrupted,
         "hyperparameters": {k: v for k, v in vars(args).items()},
         "graphs": per_graph,
         "hardware": {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
@@ -358,8 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     deadline = start + args.budget_seconds
     tracker.elapsed = lambda: tracker.resumed_seconds + time.perf_counter() - start
     trainer = train_reinforce_run if args.algo == "reinforce" else train_sb3
-    steps = trainer(args, out, tracker, deadline)
-    results = write_outputs(args, out, tracker, steps, time.perf_counter() - start)
+    with CtrlC() as stop:
+        steps = trainer(args, out, tracker, deadline, stop)
+    results = write_outputs(args, out, tracker, steps, time.perf_counter() - start, stop.requested)
 
     print(f"{results['graph']}: {args.encoder} + {args.algo}, {steps} steps, "
           f"{results['search_seconds']:.1f} s of search on {os.cpu_count()} CPU cores")

@@ -135,6 +135,9 @@ def run_training(run: Run, settings: Settings) -> dict:
     with contextlib.redirect_stdout(io.StringIO()):
         train.main(argv)
     results = json.loads(results_file.read_text())
+    if results.get("interrupted"):  # Ctrl-C: a cut-short run is not a result to keep or tabulate
+        results_file.unlink()
+        raise KeyboardInterrupt
     results["curve"] = json.loads((folder / "tracker.json").read_text())["curve"]
     results_file.write_text(json.dumps(results, indent=1))
     return results

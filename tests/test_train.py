@@ -51,6 +51,7 @@ def test_every_encoder_with_ppo(graph_file, tmp_path, encoder):
 def test_every_algorithm(graph_file, tmp_path, algo, extra):
     results = run(graph_file, tmp_path, "--algo", algo, "--encoder", "gcn", *extra)
     check_outputs(graph_file, tmp_path, results)
+    assert results["interrupted"] is False
     assert (tmp_path / ("checkpoint.pt" if algo == "reinforce" else "checkpoint.zip")).exists()
 
 
@@ -116,7 +117,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_the_best_placement(graph_file, tmp_path)
     assert "interrupted" in err and "best found" in out
     results = json.loads((tmp_path / "results.json").read_text())
     check_outputs(graph_file, tmp_path, results)
-    assert results["search_seconds"] < 300
+    assert results["search_seconds"] < 300 and results["interrupted"]
 
 
 def test_encoder_options_initial_placement_and_search_times(graph_file, tmp_path):
