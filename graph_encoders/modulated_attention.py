@@ -49,6 +49,8 @@ def _probabilities(q: Tensor, k: Tensor, mod: Tensor, key_mask: Tensor | None) -
 
 
 class _ModulatedAttention(torch.autograd.Function):
+    """Forward and backward of :func:`modulated_attention`, chunk by chunk (see the module docstring)."""
+
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, m: Tensor, coef: Tensor, maps: Tensor,
                 key_mask: Tensor | None) -> Tensor:
@@ -78,8 +80,8 @@ class _ModulatedAttention(torch.autograd.Function):
         dq, dk, dm = torch.empty_like(q), torch.empty_like(k), torch.empty_like(m)
         dcoef_maps = torch.zeros(h, maps.shape[1], dtype=coef.dtype, device=coef.device)
         row_dot = (grad_out * out).sum(dim=-1, keepdim=True)  # sum_j P_ij dP_ij
-        nn = n * n
-        d_mod = torch.zeros(h, nn, dtype=q.dtype, device=q.device) if shared else None
+        area = n * n
+        d_mod = torch.zeros(h, area, dtype=q.dtype, device=q.device) if shared else None
         for i in range(0, b, step):
             sl = slice(i, i + step)
             mod = mod_all if shared else _modulation(coef, maps[sl])
@@ -89,14 +91,14 @@ class _ModulatedAttention(torch.autograd.Function):
             d_logits = (go @ m[sl].transpose(-1, -2)).sub_(row_dot[sl]).mul_(p)  # softmax backward
             scores.mul_(d_logits)  # d loss / d I_h, per graph
             if shared:  # summed over graphs here, multiplied by the maps once at the end
-                d_mod += scores.sum(dim=0).view(h, nn)
+                d_mod += scores.sum(dim=0).view(h, area)
             else:
-                dcoef_maps += (scores.view(-1, h, nn) @ maps[sl].view(-1, maps.shape[1], nn).transpose(1, 2)).sum(0)
+                dcoef_maps += (scores.view(-1, h, area) @ maps[sl].view(-1, maps.shape[1], area).transpose(1, 2)).sum(0)
             d_scores = d_logits.mul_(mod)
             torch.matmul(d_scores, k[sl], out=dq[sl])
             torch.matmul(d_scores.transpose(-1, -2), q[sl], out=dk[sl])
         if shared:
-            dcoef_maps = d_mod @ maps.view(-1, nn).t()
+            dcoef_maps = d_mod @ maps.view(-1, area).t()
         return dq, dk, dm, dcoef_maps, None, None
 
 
