@@ -295,12 +295,15 @@ def _peak_memory(n, m, out_bytes, sptr, sdst, place, start, end, hoff, devops, d
 
     # each device's events as contiguous (time, bytes) runs, each closed by a +inf
     # sentinel: its ops (start: +output, end: -freed, in execution order), the
-    # transfers it receives (start: +copy) and sends (end: -freed), in booking order
+    # transfers it receives (start: +copy) and sends (end: -freed), in booking order.
+    # Ends that free nothing are left out (written, then overwritten): an event that
+    # leaves the level unchanged cannot change the peak.
     rcnt = np.zeros(m, np.int64)
     scnt = np.zeros(m, np.int64)
+    ocnt = np.zeros(m, np.int64)
     for x in range(nx):
         rcnt[xb[x]] += 1
-        scnt[xa[x]] += 1
+        scnt[xa[x]] += np.int64(free_at_x[x] != 0.0)
     obase = np.empty(m, np.int64)
     rbase = np.empty(m, np.int64)
     sbase = np.empty(m, np.int64)
@@ -317,15 +320,12 @@ def _peak_memory(n, m, out_bytes, sptr, sdst, place, start, end, hoff, devops, d
             op_b[o] = out_bytes[v]
             op_t[o + 1] = end[v]
             op_b[o + 1] = -free_at_op[v]
-            o += 2
+            o += 1 + np.int64(free_at_op[v] != 0.0)
+        ocnt[d] = o - obase[d]
         op_t[o] = _INF
         o += 1
-        r += rcnt[d]
-        recv_t[r] = _INF
-        r += 1
-        q += scnt[d]
-        send_t[q] = _INF
-        q += 1
+        r += rcnt[d] + 1
+        q += scnt[d] + 1
     rfill = rbase.copy()
     sfill = sbase.copy()
     for x in range(nx):
@@ -336,7 +336,10 @@ def _peak_memory(n, m, out_bytes, sptr, sdst, place, start, end, hoff, devops, d
         a = xa[x]
         send_t[sfill[a]] = xe[x]
         send_b[sfill[a]] = -free_at_x[x]
-        sfill[a] += 1
+        sfill[a] += np.int64(free_at_x[x] != 0.0)
+    for d in range(m):
+        recv_t[rbase[d] + rcnt[d]] = _INF
+        send_t[sbase[d] + scnt[d]] = _INF
 
     for d in range(m):
         # merge the three time-sorted runs. The level after all events of one
@@ -348,7 +351,7 @@ def _peak_memory(n, m, out_bytes, sptr, sdst, place, start, end, hoff, devops, d
         level = 0.0
         pk = 0.0
         t_prev = 0.0
-        for _ in range(2 * dcnt[d] + rcnt[d] + scnt[d]):
+        for _ in range(ocnt[d] + rcnt[d] + scnt[d]):
             t_op = op_t[k]
             t_r = recv_t[r]
             t_q = send_t[q]
