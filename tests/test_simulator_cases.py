@@ -75,6 +75,22 @@ def test_two_transfers_compete_for_one_send_channel_in_destination_order():
     check_reference(g, [0, 2, 1], c, r)
 
 
+@pytest.mark.parametrize("m, far", [(4, 3), (70, 66)])
+def test_transfers_to_high_device_indices(m, far):
+    """The kernel tracks each op's destination devices in a 64-bit mask up to 63 devices and falls back to a
+    per-device test beyond; both give the spec's booking order (destination index) on the send channel."""
+    g = graph([("a", 1.0, 100), ("b", 1.0, 0), ("c", 1.0, 0), ("d", 1.0, 0)], [("a", "b"), ("a", "c"), ("a", "d")])
+    c = uniform_cluster(m)
+    p = [0, far, 1, 0]
+    r = simulate(g, p, c)
+    t1, t2 = r.schedule.transfers()
+    assert (t1.dst_device, t1.start, t1.end) == (1, 1.0, 2.5)
+    assert (t2.dst_device, t2.start, t2.end) == (far, 2.5, 4.0)
+    assert r.makespan == 5.0 and r.peak_memory[far] == 100
+    check_reference(g, p, c, r)
+    assert simulate_batch(g, [p], c).makespan[0] == r.makespan
+
+
 def test_memory_is_freed_after_the_last_consumer():
     # one device: a 0-1, b 1-2, c 2-5, d 5-6. a's output lives until c ends (5),
     # so at t=5 it is gone before d allocates: peak 110 (a + b), not 160 (a + c + d).
