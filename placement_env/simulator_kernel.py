@@ -47,7 +47,7 @@ def _unsigned(*names: str) -> dict:
     They hold array positions (ops, devices, edges, transfers). numba adds a
     negative-index wraparound to every array access through a signed integer;
     through an unsigned one it does not, which makes the whole simulation
-    about 15% faster (``benchmarks/simulator.py``).
+    about 12% faster (``benchmarks/simulator.py``).
     """
     return {name: uint32 for name in names}
 
