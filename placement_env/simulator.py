@@ -133,6 +133,8 @@ class _Prepared(NamedTuple):
     sdst: np.ndarray
     sbytes: np.ndarray
     indeg: np.ndarray
+    iptr: np.ndarray  # in-edge slots of position i: iptr[i]:iptr[i + 1]
+    in_slot: np.ndarray  # in-edge slot of each out-edge
     critical_path: float
 
 
@@ -153,9 +155,14 @@ def _build_prepared(graph: ComputationGraph) -> _Prepared:
     sptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=sptr[1:])
     indeg = np.bincount(dst, minlength=n).astype(np.int64)
+    sdst = dst[perm].astype(np.int64)
+    iptr = np.zeros(n + 1, np.int64)
+    np.cumsum(indeg, out=iptr[1:])
+    in_slot = np.empty(sdst.shape[0], np.int64)
+    in_slot[np.argsort(sdst, kind="stable")] = np.arange(sdst.shape[0])
     return _Prepared(order, graph.cost[order].copy(), graph.output_bytes[order].copy(),
-                     graph.param_bytes[order].copy(), sptr, dst[perm].astype(np.int64),
-                     graph.edge_bytes[perm].copy(), indeg, _critical_path(graph))
+                     graph.param_bytes[order].copy(), sptr, sdst, graph.edge_bytes[perm].copy(), indeg,
+                     iptr, in_slot, _critical_path(graph))
 
 
 def check_placement(graph: ComputationGraph, placement, cluster: Cluster, check_colocation: bool = True) -> np.ndarray:
@@ -213,7 +220,8 @@ class Simulator:
 
     def _kernel_args(self) -> tuple:
         prep = self._prep
-        return prep.cost, prep.out_bytes, prep.param_bytes, prep.sptr, prep.sdst, prep.sbytes, prep.indeg
+        return (prep.cost, prep.out_bytes, prep.param_bytes, prep.sptr, prep.sdst, prep.sbytes, prep.indeg,
+                prep.iptr, prep.in_slot)
 
     def run(self, placement: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """``(makespan, peak_memory, busy)`` of a *validated* int64 node placement (arrays are copies)."""

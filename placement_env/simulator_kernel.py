@@ -7,8 +7,8 @@ topological-index tie-break. The semantics are those of
 semantics written as a literal priority-queue simulation, and the tests hold
 the two to identical results.
 
-How the loop stays cheap (about 0.16 us per op on a training graph with four
-edges per op, 0.1 us with two, on this project's 2-core machines;
+How the loop stays cheap (about 0.14 us per op on a training graph with four
+edges per op, 0.085 us with two, on this project's 2-core machines;
 ``benchmarks/simulator.py`` prints the figures):
 
 * At most one op runs per device, so each device holds exactly one candidate
@@ -19,8 +19,13 @@ edges per op, 0.1 us with two, on this project's 2-core machines;
   therefore known as soon as its last input is booked, and it goes straight
   into its device's ready heap keyed by (ready time, topological index).
   An idle device starts its heap minimum at ``max(device free, ready time)``.
-* The buffer frees need no completion order: one pass over each op's
-  consumers finds, per device, the reader that ends last.
+* The buffer frees need no second pass over the edges. Ops on one device run
+  one at a time, so of a buffer's readers (all on the buffer's device) the one
+  that *starts* last also ends last: when an op starts it marks itself the
+  last reader of every buffer it reads (``reads`` holds, per in-edge, which
+  buffer it was: the producer's output or the received copy, written when the
+  producer completed). Afterwards one pass over the transfers buckets the
+  bytes each op end frees.
 * Peak memory needs no sort: on each device the op starts and ends, received
   transfer starts and sent transfer ends each come out of the simulation in
   time order, so one merge sweeps them. A buffer lives on the half-open
@@ -114,17 +119,19 @@ def _heap_pop(hkey, hval, base, size):
 
 
 @njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"},
-      locals=_unsigned("u", "a", "b", "v", "d", "k"))
-def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, place,
+      locals=_unsigned("u", "a", "b", "v", "d", "k", "k0", "k1", "nx", "bd", "bk", "h", "j", "w"))
+def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_slot, place,
              speed, bandwidth, latency, param_factor,
              start, end, ready, remaining, hkey, heap, hoff, devops,
              xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount,
              free_at_op, free_at_x, op_t, op_b, recv_t, recv_b, send_t, send_b,
-             busy, peak):
+             busy, peak, reads, last_reader):
     """Simulate one placement; fills ``start``/``end``/transfer arrays/``busy``/``peak``.
 
-    Returns ``(makespan, number of transfers)``; ``(-1.0, -1)`` would mean a
-    deadlock, which a DAG cannot produce.
+    The graph comes as out-edges (``sptr``/``sdst``/``sbytes``, by producer) and
+    in-edges (``iptr``: each op's range of in-edge slots; ``in_slot[k]``: the
+    slot of out-edge ``k``). Returns ``(makespan, number of transfers)``;
+    ``(-1.0, -1)`` would mean a deadlock, which a DAG cannot produce.
     """
     n = cost.shape[0]
     m = speed.shape[0]
@@ -136,6 +143,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, place,
     recv_free = np.zeros(m)
     need = np.full(m, -1.0)
     xend_dest = np.zeros(m)
+    xid_dest = np.zeros(m, np.int64)  # buffer a consumer on each device reads (see _peak_memory)
     static = np.zeros(m)
     # next event of each device: (time, key); key = op (< n) for a completion,
     # n + device for a start, so ties put completions first, by topological index
@@ -144,8 +152,9 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, place,
 
     counts = np.zeros(m, np.int64)
     for v in range(n):
-        counts[place[v]] += 1
-        static[place[v]] += param_bytes[v] * param_factor
+        d = place[v]
+        counts[d] += 1
+        static[d] += param_bytes[v] * param_factor
     hoff[0] = 0
     for d in range(m):
         hoff[d + 1] = hoff[d] + counts[d]
@@ -192,7 +201,8 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, place,
             k1 = sptr[u + 1]
             remote = 0  # bit b: a consumer on device b != a (a bit test beats a load; up to 63 devices)
             for k in range(k0, k1):
-                b = place[sdst[k]]
+                w = sdst[k]
+                b = place[w]
                 remote |= 1 << (b & 63)
                 need[b] = max(need[b], sbytes[k])
             need[a] = -1.0  # consumers on the producer's device need no transfer
@@ -211,22 +221,28 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, place,
                     xe[nx] = e
                     xbytes[nx] = need[b]
                     xend_dest[b] = e
+                    xid_dest[b] = n + nx
                     nx += 1
                     need[b] = -1.0
             xcount[u] = nx - xfirst[u]
             xend_dest[a] = bt  # same-device inputs arrive when the producer ends
+            xid_dest[a] = u
             for k in range(k0, k1):
                 v = sdst[k]
-                ready[v] = max(ready[v], xend_dest[place[v]])
+                b = place[v]
+                ready[v] = max(ready[v], xend_dest[b])
+                j = in_slot[k]
+                reads[j] = xid_dest[b]
                 remaining[v] -= 1
                 if remaining[v] == 0:
-                    b = place[v]
-                    _heap_push(hkey, heap, hoff[b], hlen[b], ready[v], v)
+                    h = hoff[b]
+                    _heap_push(hkey, heap, h, hlen[b], ready[v], v)
                     hlen[b] += 1
                     if running[b] < 0:
-                        cand_t[b] = max(dfree[b], hkey[hoff[b]])
+                        cand_t[b] = max(dfree[b], hkey[h])
             if hlen[a] > 0:
-                cand_t[a] = max(bt, hkey[hoff[a]])
+                h = hoff[a]
+                cand_t[a] = max(bt, hkey[h])
             else:
                 cand_t[a] = _INF
             cand_k[a] = n + a
@@ -239,55 +255,49 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, place,
             end[v] = bt + dur
             running[d] = v
             busy[d] += dur
-            devops[hoff[d] + dcnt[d]] = v
+            j = hoff[d] + dcnt[d]
+            devops[j] = v
             dcnt[d] += 1
             cand_t[d] = end[v]
             cand_k[d] = v
+            last_reader[v] = v  # its own output, until a reader on its device starts
+            for k in range(iptr[v], iptr[v + 1]):  # v starts last, so ends last, among readers so far
+                w = reads[k]
+                last_reader[w] = v
 
-    _peak_memory(n, m, out_bytes, sptr, sdst, place, start, end, hoff, devops, dcnt,
+    _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
                  nx, xa, xb, xs, xe, xbytes, xfirst, xcount, free_at_op, free_at_x,
-                 op_t, op_b, recv_t, recv_b, send_t, send_b, static, peak)
+                 op_t, op_b, recv_t, recv_b, send_t, send_b, static, peak, last_reader)
     return makespan, nx
 
 
 @njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"},
-      locals=_unsigned("u", "a", "b", "v", "d", "k", "x", "q", "r"))
-def _peak_memory(n, m, out_bytes, sptr, sdst, place, start, end, hoff, devops, dcnt,
+      locals=_unsigned("u", "a", "b", "v", "d", "k", "x", "q", "r", "o", "j", "bid", "x0", "x1"))
+def _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
                  nx, xa, xb, xs, xe, xbytes, xfirst, xcount, free_at_op, free_at_x,
-                 op_t, op_b, recv_t, recv_b, send_t, send_b, static, peak):
+                 op_t, op_b, recv_t, recv_b, send_t, send_b, static, peak, last_reader):
     """Per-device peak = static + max over time of live outputs and received copies.
 
-    Every buffer is freed at a known event: the end of the op that ends last
-    among its readers on that device, or, for an output, the end of a transfer
-    out of its device if that is later. One pass over each op's consumers finds
-    those events and buckets the bytes freed on them; then each device's events
-    are swept in time order.
+    Every buffer is freed at a known event: the end of its last reader on
+    that device (``last_reader``, buffer ``u`` = op ``u``'s output, ``n + x``
+    = transfer ``x``'s copy, filled by :func:`sim_core`), or, for an output,
+    the end of a transfer out of its device if that is later. One pass over
+    each op's transfers buckets the bytes freed on those events; then each
+    device's events are swept in time order.
     """
-    lastv = np.empty(m, np.int64)
-    laste = np.empty(m)
     for v in range(n):
         free_at_op[v] = 0.0
     for x in range(nx):
         free_at_x[x] = 0.0
     for u in range(n):
-        a = place[u]
-        for b in range(m):
-            lastv[b] = u
-            laste[b] = -1.0
-        # the consumer on each device that ends last frees what it read there
-        # (ties at equal end times do not matter: the level is sampled when time moves on)
-        for k in range(sptr[u], sptr[u + 1]):
-            v = sdst[k]
-            b = place[v]
-            e = end[v]
-            later = e >= laste[b]
-            laste[b] = e if later else laste[b]
-            lastv[b] = v if later else lastv[b]
-        bid = lastv[a]
+        bid = last_reader[u]
         bt = end[bid]
         by_transfer = False
-        for x in range(xfirst[u], xfirst[u] + xcount[u]):
-            free_at_op[lastv[xb[x]]] += xbytes[x]  # received copy: freed by its last consumer
+        x0 = xfirst[u]
+        x1 = x0 + xcount[u]
+        for x in range(x0, x1):
+            j = last_reader[n + x]
+            free_at_op[j] += xbytes[x]  # received copy: freed by its last consumer
             if xe[x] > bt:
                 bt = xe[x]
                 bid = x
@@ -306,8 +316,10 @@ def _peak_memory(n, m, out_bytes, sptr, sdst, place, start, end, hoff, devops, d
     scnt = np.zeros(m, np.int64)
     ocnt = np.zeros(m, np.int64)
     for x in range(nx):
-        rcnt[xb[x]] += 1
-        scnt[xa[x]] += np.int64(free_at_x[x] != 0.0)
+        b = xb[x]
+        a = xa[x]
+        rcnt[b] += 1
+        scnt[a] += np.int64(free_at_x[x] != 0.0)
     obase = np.empty(m, np.int64)
     rbase = np.empty(m, np.int64)
     sbase = np.empty(m, np.int64)
@@ -319,7 +331,8 @@ def _peak_memory(n, m, out_bytes, sptr, sdst, place, start, end, hoff, devops, d
         rbase[d] = r
         sbase[d] = q
         for k in range(dcnt[d]):
-            v = devops[hoff[d] + k]
+            j = hoff[d] + k
+            v = devops[j]
             op_t[o] = start[v]
             op_b[o] = out_bytes[v]
             op_t[o + 1] = end[v]
@@ -334,16 +347,20 @@ def _peak_memory(n, m, out_bytes, sptr, sdst, place, start, end, hoff, devops, d
     sfill = sbase.copy()
     for x in range(nx):
         b = xb[x]
-        recv_t[rfill[b]] = xs[x]
-        recv_b[rfill[b]] = xbytes[x]
+        j = rfill[b]
+        recv_t[j] = xs[x]
+        recv_b[j] = xbytes[x]
         rfill[b] += 1
         a = xa[x]
-        send_t[sfill[a]] = xe[x]
-        send_b[sfill[a]] = -free_at_x[x]
+        j = sfill[a]
+        send_t[j] = xe[x]
+        send_b[j] = -free_at_x[x]
         sfill[a] += np.int64(free_at_x[x] != 0.0)
     for d in range(m):
-        recv_t[rbase[d] + rcnt[d]] = _INF
-        send_t[sbase[d] + scnt[d]] = _INF
+        j = rbase[d] + rcnt[d]
+        recv_t[j] = _INF
+        j = sbase[d] + scnt[d]
+        send_t[j] = _INF
 
     for d in range(m):
         # merge the three time-sorted runs. The level after all events of one
@@ -397,14 +414,15 @@ class Workspace:
         ("op_t", "2n+m", np.float64), ("op_b", "2n+m", np.float64), ("recv_t", "x+m", np.float64),
         ("recv_b", "x+m", np.float64), ("send_t", "x+m", np.float64), ("send_b", "x+m", np.float64),
         ("busy", "m", np.float64), ("peak", "m", np.float64),
+        ("reads", "x", np.int64), ("last_reader", "n+x", np.int64),
     )
 
     def __init__(self, n: int, e: int, m: int) -> None:
         x = max(e, 1)
-        if 2 * n + m >= MAX_POSITIONS or (x + m) >= MAX_POSITIONS:
+        if 2 * n + m >= MAX_POSITIONS or x + m >= MAX_POSITIONS or n + x >= MAX_POSITIONS:
             raise ValueError(f"graph of {n} ops and {e} edges is too large for the simulator "
                              f"(positions must stay below {MAX_POSITIONS})")
-        lengths = {"n": n, "m": m, "m+1": m + 1, "x": x, "2n+m": 2 * n + m, "x+m": x + m}
+        lengths = {"n+x": n + x, "n": n, "m": m, "m+1": m + 1, "x": x, "2n+m": 2 * n + m, "x+m": x + m}
         for name, size, dtype in self.BUFFERS:
             setattr(self, name, np.zeros(lengths[size], dtype))
 
@@ -413,19 +431,20 @@ class Workspace:
 
 
 @njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"})
-def sim_batch(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, placements,
+def sim_batch(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_slot, placements,
               speed, bandwidth, latency, param_factor,
               start, end, ready, remaining, hkey, heap, hoff, devops,
               xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount,
-              free_at_op, free_at_x, op_t, op_b, recv_t, recv_b, send_t, send_b, busy, peak,
+              free_at_op, free_at_x, op_t, op_b, recv_t, recv_b, send_t, send_b, busy, peak, reads, last_reader,
               out_makespan, out_peak, out_busy):
     """Simulate every row of ``placements`` (B x N, topological positions)."""
     for i in range(placements.shape[0]):
-        mk, _ = sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, placements[i],
+        mk, _ = sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_slot, placements[i],
                          speed, bandwidth, latency, param_factor,
                          start, end, ready, remaining, hkey, heap, hoff, devops,
                          xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount,
-                         free_at_op, free_at_x, op_t, op_b, recv_t, recv_b, send_t, send_b, busy, peak)
+                         free_at_op, free_at_x, op_t, op_b, recv_t, recv_b, send_t, send_b, busy, peak, reads, last_reader)
         out_makespan[i] = mk
         out_peak[i, :] = peak
         out_busy[i, :] = busy
+
