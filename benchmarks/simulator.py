@@ -13,7 +13,8 @@ Measures, single-threaded, on the training graph of a seeded layered DAG of
 
 the same batched rate on the shipped training graphs of about 1,000 ops
 (``ptb/3``, ``nmt/12``, ``resnet101``, ``inception_v3``: 1.4 to 2.3 edges per
-op, where the synthetic graph above has 4); the time per op on a 100-op and a
+op, where the synthetic graph above has 4), with the heapq reference's rate
+on each; the time per op on a 100-op and a
 1,000-op graph (does the cost grow with the working set?), and the wall time of
 one ``simulate`` call on a 10,000-op training graph.
 """
@@ -83,7 +84,9 @@ def main() -> None:
         simulate_batch(g_ship, units[:2], cluster)
         shipped[name] = {"ops": g_ship.num_nodes, "edges": g_ship.num_edges,
                          "batch_random_evals_per_s": best_rate(
-                             lambda: simulate_batch(g_ship, units, cluster, check=False), 2000)}
+                             lambda: simulate_batch(g_ship, units, cluster, check=False), 2000),
+                         "reference_random_evals_per_s": best_rate(
+                             lambda: [simulate_reference(g_ship, p, cluster) for p in units[:5]], 5, repeats=1)}
     figures["shipped_graphs"] = shipped
 
     per_op = {}
@@ -113,7 +116,7 @@ def main() -> None:
     print(f"batch / reference speed-up        : {figures['speedup_batch_vs_reference']:>10,.0f}x")
     for name, f in shipped.items():
         print(f"simulate_batch, random, {name:<13}: {f['batch_random_evals_per_s']:>8,.0f} evaluations/s"
-              f"  ({f['ops']} ops, {f['edges']} edges)")
+              f"  ({f['ops']} ops, {f['edges']} edges; heapq {f['reference_random_evals_per_s']:,.0f}/s)")
     for ops, ns in per_op.items():
         print(f"time per op, {ops:>5}-op graph, random placements: {ns:6.0f} ns")
     b = figures["big_graph"]
