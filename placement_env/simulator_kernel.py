@@ -174,7 +174,6 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
 
     wide = m > 63  # more devices than bits in the per-op destination mask: test need[] instead
     nx = 0
-    done = 0
     makespan = 0.0
     for _ in range(2 * n):
         bd = 0
@@ -195,7 +194,6 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
             running[a] = -1
             dfree[a] = bt
             makespan = max(makespan, bt)
-            done += 1
             # one transfer per (tensor, destination device), size = largest edge
             k0 = sptr[u]
             k1 = sptr[u + 1]
@@ -238,13 +236,10 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
                     h = hoff[b]
                     _heap_push(hkey, heap, h, hlen[b], ready[v], v)
                     hlen[b] += 1
-                    if running[b] < 0:
-                        cand_t[b] = max(dfree[b], hkey[h])
-            if hlen[a] > 0:
-                h = hoff[a]
-                cand_t[a] = max(bt, hkey[h])
-            else:
-                cand_t[a] = _INF
+                    idle = running[b] < 0
+                    cand_t[b] = max(dfree[b], hkey[h]) if idle else cand_t[b]
+            h = hoff[a]  # < n: device a holds op u, so its heap segment is not empty
+            cand_t[a] = max(bt, hkey[h]) if hlen[a] > 0 else _INF
             cand_k[a] = n + a
         else:  # start the ready op of smallest (ready time, topological index) on device bd
             d = bd
