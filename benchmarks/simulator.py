@@ -86,7 +86,7 @@ def main() -> None:
                          "batch_random_evals_per_s": best_rate(
                              lambda: simulate_batch(g_ship, units, cluster, check=False), 2000),
                          "reference_random_evals_per_s": best_rate(
-                             lambda: [simulate_reference(g_ship, p, cluster) for p in units[:5]], 5, repeats=1)}
+                             lambda: [simulate_reference(g_ship, p, cluster) for p in units[:5]], 5)}
     figures["shipped_graphs"] = shipped
 
     per_op = {}
