@@ -11,10 +11,12 @@ Measures, single-threaded, on the training graph of a seeded layered DAG of
 * ``simulate`` one placement at a time (building the full schedule);
 * the pure-Python heapq reference on a few of the same placements;
 
-the same batched rate on the shipped training graphs of about 1,000 ops
-(``ptb/3``, ``nmt/12``, ``resnet101``, ``inception_v3``: 1.4 to 2.3 edges per
-op, where the synthetic graph above has 4), with the heapq reference's rate
-on each; the time per op on a 100-op and a
+the same batched rate, with the heapq reference's rate, on every shipped
+benchmark-suite training graph of 900 to 1,100 ops (``ptb``, ``nmt``, ``cifar10`` seeds
+chosen by size, not by hand: about 2.2 edges per op, where the synthetic graph
+above has 4; printed one by one and as minimum / median / maximum) and on two
+real CNN training graphs (``resnet101``, ``inception_v3``: 1.4 edges per op);
+the time per op on a 100-op and a
 1,000-op graph (does the cost grow with the working set?), and the wall time of
 one ``simulate`` call on a 10,000-op training graph.
 """
@@ -31,10 +33,14 @@ import numpy as np
 
 from baselines import place
 from placement_env import Cluster, layered_dag, load_graph, simulate, simulate_batch
+from placement_env.registry import SUITES
 from placement_env.simulator_reference import simulate_reference
 
 
-SHIPPED_GRAPHS = ("ptb/3", "nmt/12", "resnet101", "inception_v3")
+SIZE_RANGE = (900, 1100)  # "a training graph of about 1,000 ops"
+SIZED_SUITES = ("ptb", "nmt", "cifar10")
+CNN_GRAPHS = ("resnet101", "inception_v3")
+TARGET = 10_000  # evaluations per second
 
 
 def best_rate(fn, count: int, repeats: int = 3) -> float:
@@ -78,7 +84,9 @@ def main() -> None:
     figures["speedup_batch_vs_reference"] = figures["batch_random_evals_per_s"] / figures["reference_random_evals_per_s"]
 
     shipped = {}
-    for name in SHIPPED_GRAPHS:
+    sized = [name for suite in SIZED_SUITES for name in SUITES[suite]
+             if SIZE_RANGE[0] <= load_graph(name).num_nodes <= SIZE_RANGE[1]]
+    for name in sized + list(CNN_GRAPHS):
         g_ship = load_graph(name)
         units = rng.integers(0, args.devices, (2000, g_ship.num_units))[:, g_ship.unit_of]
         simulate_batch(g_ship, units[:2], cluster)
@@ -88,6 +96,11 @@ def main() -> None:
                          "reference_random_evals_per_s": best_rate(
                              lambda: [simulate_reference(g_ship, p, cluster) for p in units[:5]], 5)}
     figures["shipped_graphs"] = shipped
+    sized_rates = [shipped[name]["batch_random_evals_per_s"] for name in sized]
+    figures["sized_training_graphs"] = {
+        "ops_range": list(SIZE_RANGE), "graphs": sized, "min": min(sized_rates),
+        "median": float(np.median(sized_rates)), "max": max(sized_rates),
+        "at_or_above_target": sum(r >= TARGET for r in sized_rates), "target": TARGET}
 
     per_op = {}
     for forward_ops in (50, 500):
@@ -117,6 +130,10 @@ def main() -> None:
     for name, f in shipped.items():
         print(f"simulate_batch, random, {name:<13}: {f['batch_random_evals_per_s']:>8,.0f} evaluations/s"
               f"  ({f['ops']} ops, {f['edges']} edges; heapq {f['reference_random_evals_per_s']:,.0f}/s)")
+    z = figures["sized_training_graphs"]
+    print(f"shipped training graphs of {SIZE_RANGE[0]:,}-{SIZE_RANGE[1]:,} ops ({len(sized)}): "
+          f"min {z['min']:,.0f}, median {z['median']:,.0f}, max {z['max']:,.0f} evaluations/s; "
+          f"{z['at_or_above_target']} of {len(sized)} at or above {TARGET:,}/s")
     for ops, ns in per_op.items():
         print(f"time per op, {ops:>5}-op graph, random placements: {ns:6.0f} ns")
     b = figures["big_graph"]

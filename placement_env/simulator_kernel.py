@@ -8,7 +8,7 @@ semantics written as a literal priority-queue simulation, and the tests hold
 the two to identical results.
 
 How the loop stays cheap (about 0.14 us per op on a training graph with four
-edges per op, 0.09 us with two, on this project's 2-core machines;
+edges per op, 0.09 to 0.11 us with two, on this project's 2-core machines;
 ``benchmarks/simulator.py`` prints the figures):
 
 * At most one op runs per device, so each device holds exactly one candidate
