@@ -8,7 +8,7 @@ semantics written as a literal priority-queue simulation, and the tests hold
 the two to identical results.
 
 How the loop stays cheap (about 0.14 us per op on a training graph with four
-edges per op, 0.09 to 0.11 us with two, on this project's 2-core machines;
+edges per op, 0.08 to 0.10 us with two, on this project's 2-core machines;
 ``benchmarks/simulator.py`` prints the figures):
 
 * At most one op runs per device, so each device holds exactly one candidate
@@ -172,6 +172,12 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
         if hlen[d] > 0:
             cand_t[d] = 0.0
 
+    # the device of each out-edge's consumer, read twice per edge below: one load
+    # instead of a chain of two (edge -> consumer -> its device) on the hot path
+    edev = np.empty(sdst.shape[0], np.uint32)
+    for k in range(sdst.shape[0]):
+        edev[k] = place[sdst[k]]
+
     wide = m > 63  # more devices than bits in the per-op destination mask: test need[] instead
     nx = 0
     makespan = 0.0
@@ -199,8 +205,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
             k1 = sptr[u + 1]
             remote = 0  # bit b: a consumer on device b != a (a bit test beats a load; up to 63 devices)
             for k in range(k0, k1):
-                w = sdst[k]
-                b = place[w]
+                b = edev[k]
                 remote |= 1 << (b & 63)
                 need[b] = max(need[b], sbytes[k])
             need[a] = -1.0  # consumers on the producer's device need no transfer
@@ -227,7 +232,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
             xid_dest[a] = u
             for k in range(k0, k1):
                 v = sdst[k]
-                b = place[v]
+                b = edev[k]
                 ready[v] = max(ready[v], xend_dest[b])
                 j = in_slot[k]
                 reads[j] = xid_dest[b]
