@@ -253,14 +253,15 @@ class Simulator:
         """Evaluate B node placements (B x N) in one kernel call; see :func:`simulate_batch`."""
         graph, c, ws = self.graph, self.cluster, self._ws
         P = np.asarray(placements)
-        if P.ndim != 2:
-            raise ValueError(f"placements must be a B x N array, got shape {P.shape}")
+        if P.ndim != 2 or P.shape[1] != graph.num_nodes:
+            raise ValueError(f"placements must be a B x N array with N = {graph.num_nodes} nodes "
+                             f"(graph {graph.name!r}), got shape {P.shape}")
         if check:
             P = np.stack([check_placement(graph, row, c) for row in P]) if P.shape[0] else P.astype(np.int64)
         b, m = P.shape[0], c.num_devices
         out_mk, out_peak, out_busy = np.zeros(b), np.zeros((b, m)), np.zeros((b, m))
-        place_t = np.ascontiguousarray(P[:, self._prep.order], dtype=np.int64)
-        sim_batch(*self._kernel_args(), place_t, c.speed, c.bandwidth, c.latency, self.param_factor,
+        sim_batch(*self._kernel_args(), np.ascontiguousarray(P, dtype=np.int64), self._prep.order,
+                  c.speed, c.bandwidth, c.latency, self.param_factor,
                   *ws.buffers(), out_mk, out_peak, out_busy)
         return BatchResult(out_mk, out_peak, out_busy, np.any(out_peak > c.memory[None, :], axis=1))
 

@@ -24,8 +24,8 @@ edges per op, 0.08 to 0.10 us with two, on this project's 2-core machines;
   that *starts* last also ends last: when an op starts it marks itself the
   last reader of every buffer it reads (``reads`` holds, per in-edge, which
   buffer it was: the producer's output or the received copy, written when the
-  producer completed). Afterwards one pass over the transfers buckets the
-  bytes each op end frees.
+  producer completed). Afterwards one pass over the transfers and one over
+  each device's ops (in execution order) bucket the bytes each event frees.
 * Peak memory needs no sort: on each device the op starts and ends, received
   transfer starts and sent transfer ends each come out of the simulation in
   time order, so one merge sweeps them. A buffer lives on the half-open
@@ -124,7 +124,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
              speed, bandwidth, latency, param_factor,
              start, end, ready, remaining, hkey, heap, hoff, devops,
              xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount,
-             free_at_op, free_at_x, op_t, op_b, recv_t, recv_b, send_t, send_b,
+             free_at_op, op_t, op_b, recv_t, recv_b, send_t, send_b,
              busy, peak, reads, last_reader):
     """Simulate one placement; fills ``start``/``end``/transfer arrays/``busy``/``peak``.
 
@@ -149,6 +149,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
     # n + device for a start, so ties put completions first, by topological index
     cand_t = np.full(m, _INF)
     cand_k = np.zeros(m, np.int64)
+    rcnt = np.zeros(m, np.int64)  # transfers each device receives
 
     counts = np.zeros(m, np.int64)
     for v in range(n):
@@ -176,7 +177,8 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
     # instead of a chain of two (edge -> consumer -> its device) on the hot path
     edev = np.empty(sdst.shape[0], np.uint32)
     for k in range(sdst.shape[0]):
-        edev[k] = place[sdst[k]]
+        w = sdst[k]
+        edev[k] = place[w]
 
     wide = m > 63  # more devices than bits in the per-op destination mask: test need[] instead
     nx = 0
@@ -225,6 +227,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
                     xbytes[nx] = need[b]
                     xend_dest[b] = e
                     xid_dest[b] = n + nx
+                    rcnt[b] += 1
                     nx += 1
                     need[b] = -1.0
             xcount[u] = nx - xfirst[u]
@@ -266,101 +269,92 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
                 last_reader[w] = v
 
     _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
-                 nx, xa, xb, xs, xe, xbytes, xfirst, xcount, free_at_op, free_at_x,
+                 nx, xb, xs, xe, xbytes, xfirst, xcount, rcnt, free_at_op,
                  op_t, op_b, recv_t, recv_b, send_t, send_b, static, peak, last_reader)
     return makespan, nx
 
 
 @njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"},
-      locals=_unsigned("u", "a", "b", "v", "d", "k", "x", "q", "r", "o", "j", "bid", "x0", "x1"))
+      locals=_unsigned("u", "b", "d", "k", "x", "q", "r", "o", "j", "bid", "xl"))
 def _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
-                 nx, xa, xb, xs, xe, xbytes, xfirst, xcount, free_at_op, free_at_x,
+                 nx, xb, xs, xe, xbytes, xfirst, xcount, rcnt, free_at_op,
                  op_t, op_b, recv_t, recv_b, send_t, send_b, static, peak, last_reader):
     """Per-device peak = static + max over time of live outputs and received copies.
 
     Every buffer is freed at a known event: the end of its last reader on
     that device (``last_reader``, buffer ``u`` = op ``u``'s output, ``n + x``
     = transfer ``x``'s copy, filled by :func:`sim_core`), or, for an output,
-    the end of a transfer out of its device if that is later. One pass over
-    each op's transfers buckets the bytes freed on those events; then each
-    device's events are swept in time order.
+    the end of its last transfer out of the device if that is later.
+
+    Each device's events are laid out as three contiguous time-sorted
+    (time, bytes) runs, each closed by a +inf sentinel, then merged:
+
+    * received copies (start: +copy), in booking order, which on the receiving
+      device is start order; one pass over the transfers writes them and
+      credits each copy's bytes to the end of its last reader;
+    * the device's ops in execution order (start: +output, end: -freed), and
+    * the outputs freed by a transfer's end, in the same order: one op's
+      transfers leave one after another on the device's send channel, so the
+      last one booked ends last, and the ops' transfers are booked in execution
+      order. At most one such entry per op, so the run fits in ``hoff[d] + d``.
+
+    Ends that free nothing are left out (written, then overwritten): an event
+    that leaves the level unchanged cannot change the peak.
     """
     for v in range(n):
         free_at_op[v] = 0.0
-    for x in range(nx):
-        free_at_x[x] = 0.0
-    for u in range(n):
-        bid = last_reader[u]
-        bt = end[bid]
-        by_transfer = False
-        x0 = xfirst[u]
-        x1 = x0 + xcount[u]
-        for x in range(x0, x1):
-            j = last_reader[n + x]
-            free_at_op[j] += xbytes[x]  # received copy: freed by its last consumer
-            if xe[x] > bt:
-                bt = xe[x]
-                bid = x
-                by_transfer = True
-        if by_transfer:
-            free_at_x[bid] += out_bytes[u]
-        else:
-            free_at_op[bid] += out_bytes[u]
-
-    # each device's events as contiguous (time, bytes) runs, each closed by a +inf
-    # sentinel: its ops (start: +output, end: -freed, in execution order), the
-    # transfers it receives (start: +copy) and sends (end: -freed), in booking order.
-    # Ends that free nothing are left out (written, then overwritten): an event that
-    # leaves the level unchanged cannot change the peak.
-    rcnt = np.zeros(m, np.int64)
-    scnt = np.zeros(m, np.int64)
-    ocnt = np.zeros(m, np.int64)
-    for x in range(nx):
-        b = xb[x]
-        a = xa[x]
-        rcnt[b] += 1
-        scnt[a] += np.int64(free_at_x[x] != 0.0)
-    obase = np.empty(m, np.int64)
     rbase = np.empty(m, np.int64)
-    sbase = np.empty(m, np.int64)
-    o = 0
+    rfill = np.empty(m, np.int64)
     r = 0
-    q = 0
     for d in range(m):
-        obase[d] = o
         rbase[d] = r
-        sbase[d] = q
-        for k in range(dcnt[d]):
-            j = hoff[d] + k
-            v = devops[j]
-            op_t[o] = start[v]
-            op_b[o] = out_bytes[v]
-            op_t[o + 1] = end[v]
-            op_b[o + 1] = -free_at_op[v]
-            o += 1 + np.int64(free_at_op[v] != 0.0)
-        ocnt[d] = o - obase[d]
-        op_t[o] = _INF
-        o += 1
+        rfill[d] = r
         r += rcnt[d] + 1
-        q += scnt[d] + 1
-    rfill = rbase.copy()
-    sfill = sbase.copy()
     for x in range(nx):
         b = xb[x]
         j = rfill[b]
         recv_t[j] = xs[x]
         recv_b[j] = xbytes[x]
         rfill[b] += 1
-        a = xa[x]
-        j = sfill[a]
-        send_t[j] = xe[x]
-        send_b[j] = -free_at_x[x]
-        sfill[a] += np.int64(free_at_x[x] != 0.0)
+        j = last_reader[n + x]
+        free_at_op[j] += xbytes[x]
     for d in range(m):
-        j = rbase[d] + rcnt[d]
+        j = rfill[d]
         recv_t[j] = _INF
-        j = sbase[d] + scnt[d]
-        send_t[j] = _INF
+
+    obase = np.empty(m, np.int64)
+    ocnt = np.empty(m, np.int64)
+    sbase = np.empty(m, np.int64)
+    scnt = np.empty(m, np.int64)
+    o = 0
+    for d in range(m):
+        obase[d] = o
+        q = hoff[d] + d
+        sbase[d] = q
+        for k in range(hoff[d], hoff[d] + dcnt[d]):
+            u = devops[k]
+            ob = out_bytes[u]
+            bid = last_reader[u]
+            t_free = end[bid]
+            # the end of u's last transfer; with none, a slot past them that is read but not used
+            xl = xfirst[u] + max(xcount[u], 1) - 1
+            t_sent = xe[xl]
+            by_transfer = (xcount[u] > 0) & (t_sent > t_free)
+            send_t[q] = t_sent
+            send_b[q] = -ob
+            q += np.int64(by_transfer & (ob != 0.0))
+            free_at_op[bid] += 0.0 if by_transfer else ob
+            # what u's end frees is complete: copies were credited above, outputs by ops that ran before u
+            op_t[o] = start[u]
+            op_b[o] = ob
+            op_t[o + 1] = end[u]
+            op_b[o + 1] = -free_at_op[u]
+            o += 1 + np.int64(free_at_op[u] != 0.0)
+        ocnt[d] = o - obase[d]
+        op_t[o] = _INF
+        o += 1
+        scnt[d] = q - sbase[d]
+        send_t[q] = _INF
 
     for d in range(m):
         # merge the three time-sorted runs. The level after all events of one
@@ -410,19 +404,19 @@ class Workspace:
         ("xsrc", "x", np.int64), ("xa", "x", np.int64), ("xb", "x", np.int64), ("xs", "x", np.float64),
         ("xe", "x", np.float64), ("xbytes", "x", np.float64), ("xfirst", "n", np.int64),
         ("xcount", "n", np.int64),
-        ("free_at_op", "n", np.float64), ("free_at_x", "x", np.float64),
+        ("free_at_op", "n", np.float64),
         ("op_t", "2n+m", np.float64), ("op_b", "2n+m", np.float64), ("recv_t", "x+m", np.float64),
-        ("recv_b", "x+m", np.float64), ("send_t", "x+m", np.float64), ("send_b", "x+m", np.float64),
+        ("recv_b", "x+m", np.float64), ("send_t", "n+m", np.float64), ("send_b", "n+m", np.float64),
         ("busy", "m", np.float64), ("peak", "m", np.float64),
         ("reads", "x", np.int64), ("last_reader", "n+x", np.int64),
     )
 
     def __init__(self, n: int, e: int, m: int) -> None:
-        x = max(e, 1)
+        x = e + 1  # one slot more than transfers can fill: _peak_memory reads one past an op's transfers
         if 2 * n + m >= MAX_POSITIONS or x + m >= MAX_POSITIONS or n + x >= MAX_POSITIONS:
             raise ValueError(f"graph of {n} ops and {e} edges is too large for the simulator "
                              f"(positions must stay below {MAX_POSITIONS})")
-        lengths = {"n+x": n + x, "n": n, "m": m, "m+1": m + 1, "x": x, "2n+m": 2 * n + m, "x+m": x + m}
+        lengths = {"n+m": n + m, "n+x": n + x, "n": n, "m": m, "m+1": m + 1, "x": x, "2n+m": 2 * n + m, "x+m": x + m}
         for name, size, dtype in self.BUFFERS:
             setattr(self, name, np.zeros(lengths[size], dtype))
 
@@ -430,21 +424,30 @@ class Workspace:
         return tuple(getattr(self, name) for name, _, _ in self.BUFFERS)
 
 
-@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"})
-def sim_batch(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_slot, placements,
+@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"}, locals=_unsigned("v"))
+def sim_batch(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_slot, placements, order,
               speed, bandwidth, latency, param_factor,
               start, end, ready, remaining, hkey, heap, hoff, devops,
               xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount,
-              free_at_op, free_at_x, op_t, op_b, recv_t, recv_b, send_t, send_b, busy, peak, reads, last_reader,
+              free_at_op, op_t, op_b, recv_t, recv_b, send_t, send_b, busy, peak, reads, last_reader,
               out_makespan, out_peak, out_busy):
-    """Simulate every row of ``placements`` (B x N, topological positions)."""
+    """Simulate every row of ``placements`` (B x N, device per node in node order).
+
+    ``order[k]`` is the node at topological position ``k``; each row is
+    gathered into topological positions here (faster than numpy's column
+    gather of the whole B x N array, and no B x N copy).
+    """
+    n = order.shape[0]
+    place = np.empty(n, np.int64)
     for i in range(placements.shape[0]):
-        mk, _ = sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_slot, placements[i],
+        for k in range(n):
+            v = order[k]
+            place[k] = placements[i, v]
+        mk, _ = sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_slot, place,
                          speed, bandwidth, latency, param_factor,
                          start, end, ready, remaining, hkey, heap, hoff, devops,
                          xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount,
-                         free_at_op, free_at_x, op_t, op_b, recv_t, recv_b, send_t, send_b, busy, peak, reads, last_reader)
+                         free_at_op, op_t, op_b, recv_t, recv_b, send_t, send_b, busy, peak, reads, last_reader)
         out_makespan[i] = mk
         out_peak[i, :] = peak
         out_busy[i, :] = busy
-

@@ -155,6 +155,14 @@ def test_bad_placements_are_rejected(placement, message):
         simulate(g, placement, uniform_cluster(3))
 
 
+@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("shape", [(2, 2), (2, 4), (3,)])
+def test_batch_of_the_wrong_shape_is_rejected_even_unchecked(shape, check):
+    g = graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b")])
+    with pytest.raises(ValueError, match=r"B x N array with N = 3 nodes"):
+        simulate_batch(g, np.zeros(shape, np.int64), uniform_cluster(3), check=check)
+
+
 def test_split_colocation_group_is_rejected():
     g = graph([("a", 1.0, 1, 0, "g"), ("b", 1.0, 1, 0, "g")], [("a", "b")])
     with pytest.raises(ValueError, match="colocation group 'g' is split"):
