@@ -215,8 +215,9 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
             xfirst[u] = nx
             for b in range(m if remote != 0 or wide else 0):
                 if (need[b] >= 0.0) if wide else ((remote >> b) & 1):
+                    nb = need[b]
                     s = max(bt, max(send_free[a], recv_free[b]))
-                    e = s + (latency[a, b] + need[b] / bandwidth[a, b])
+                    e = s + (latency[a, b] + nb / bandwidth[a, b])
                     send_free[a] = e
                     recv_free[b] = e
                     xsrc[nx] = u
@@ -224,7 +225,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
                     xb[nx] = b
                     xs[nx] = s
                     xe[nx] = e
-                    xbytes[nx] = need[b]
+                    xbytes[nx] = nb
                     xend_dest[b] = e
                     xid_dest[b] = n + nx
                     rcnt[b] += 1
@@ -236,13 +237,15 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
             for k in range(k0, k1):
                 v = sdst[k]
                 b = edev[k]
-                ready[v] = max(ready[v], xend_dest[b])
+                rv = max(ready[v], xend_dest[b])
+                ready[v] = rv
                 j = in_slot[k]
                 reads[j] = xid_dest[b]
-                remaining[v] -= 1
-                if remaining[v] == 0:
+                left = remaining[v] - 1
+                remaining[v] = left
+                if left == 0:
                     h = hoff[b]
-                    _heap_push(hkey, heap, h, hlen[b], ready[v], v)
+                    _heap_push(hkey, heap, h, hlen[b], rv, v)
                     hlen[b] += 1
                     idle = running[b] < 0
                     cand_t[b] = max(dfree[b], hkey[h]) if idle else cand_t[b]
@@ -254,14 +257,15 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
             v = _heap_pop(hkey, heap, hoff[d], hlen[d])
             hlen[d] -= 1
             dur = cost[v] / speed[d]
+            e = bt + dur
             start[v] = bt
-            end[v] = bt + dur
+            end[v] = e
             running[d] = v
             busy[d] += dur
             j = hoff[d] + dcnt[d]
             devops[j] = v
             dcnt[d] += 1
-            cand_t[d] = end[v]
+            cand_t[d] = e
             cand_k[d] = v
             last_reader[v] = v  # its own output, until a reader on its device starts
             for k in range(iptr[v], iptr[v + 1]):  # v starts last, so ends last, among readers so far
@@ -348,8 +352,9 @@ def _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
             op_t[o] = start[u]
             op_b[o] = ob
             op_t[o + 1] = end[u]
-            op_b[o + 1] = -free_at_op[u]
-            o += 1 + np.int64(free_at_op[u] != 0.0)
+            freed = free_at_op[u]
+            op_b[o + 1] = -freed
+            o += 1 + np.int64(freed != 0.0)
         ocnt[d] = o - obase[d]
         op_t[o] = _INF
         o += 1
