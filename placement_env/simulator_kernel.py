@@ -17,8 +17,15 @@ edges per op, 0.08 to 0.10 us with two, on this project's 2-core machines;
 * Transfers are booked (start and end fixed) when their producer completes,
   in (topological index, destination) order; a consumer's ready time is
   therefore known as soon as its last input is booked, and it goes straight
-  into its device's ready heap keyed by (ready time, topological index).
-  An idle device starts its heap minimum at ``max(device free, ready time)``.
+  into its device's ready queue keyed by (ready time, topological index).
+  An idle device starts the queue's minimum at ``max(device free, ready time)``.
+* A ready queue is a sorted run in the device's segment (inserted from the
+  back, taken from the front): few ops wait at a time and they mostly become
+  ready in key order, so an insertion moves next to nothing and taking the
+  minimum is free. An insertion that would move more than ``RUN_LIMIT``
+  entries turns the run into a binary heap instead (a sorted run already is
+  one) until the queue empties, which bounds every operation by
+  O(``RUN_LIMIT`` + log size).
 * The buffer frees need no second pass over the edges. Ops on one device run
   one at a time, so of a buffer's readers (all on the buffer's device) the one
   that *starts* last also ends last: when an op starts it marks itself the
@@ -44,6 +51,7 @@ from numba import njit, uint32
 
 _INF = np.inf
 MAX_POSITIONS = 2**32  # array positions are uint32 (see _unsigned); Workspace refuses larger graphs
+RUN_LIMIT = 32  # most entries one insertion into a sorted ready run may move (see the module docstring)
 
 
 def _unsigned(*names: str) -> dict:
@@ -60,7 +68,10 @@ def _unsigned(*names: str) -> dict:
 @njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"},
       locals=_unsigned("base", "i", "p"))
 def _sift_up(hkey, hval, base, i, key, val):
-    """Move (key, val) up from the hole at position ``i`` of the heap at ``base`` to its place."""
+    """Move (key, val) up from the hole at position ``i`` of the heap at ``base`` to its place.
+
+    With ``i`` = the heap's size this inserts (key, val) into the heap.
+    """
     while i > 0:
         p = (i - 1) >> 1
         pk = hkey[base + p]
@@ -74,14 +85,23 @@ def _sift_up(hkey, hval, base, i, key, val):
     hval[base + i] = val
 
 
-@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"})
-def _heap_push(hkey, hval, base, size, key, val):
-    """Insert (key, val) into the binary min-heap ``hkey/hval[base:base+size]``.
+@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"}, locals=_unsigned("lo", "i"))
+def _run_insert(hkey, hval, lo, i, key, val):
+    """Insert (key, val) into the sorted run ``hkey/hval[lo:i]``, which grows to ``[lo:i+1]``.
 
-    Keys live in the heap itself (not behind an index), so each level costs one
-    load instead of a chain of two: the heap is the loop's hottest structure.
+    Keys live in the queue itself (not behind an index), so each step costs
+    one load instead of a chain of two: the queues are the loop's hottest structure.
     """
-    _sift_up(hkey, hval, base, size, key, val)
+    while i > lo:
+        pk = hkey[i - 1]
+        pv = hval[i - 1]
+        if pk < key or (pk == key and pv < val):
+            break
+        hkey[i] = pk
+        hval[i] = pv
+        i -= 1
+    hkey[i] = key
+    hval[i] = val
 
 
 @njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"},
@@ -135,7 +155,9 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
     """
     n = cost.shape[0]
     m = speed.shape[0]
-    hlen = np.zeros(m, np.int64)
+    hlen = np.zeros(m, np.int64)  # ready queue of device d: hkey/heap[hoff[d] + hhead[d]:][:hlen[d]]
+    hhead = np.zeros(m, np.int64)
+    heaped = np.zeros(m, np.int64)  # 1 while device d's queue is a binary heap, 0 while a sorted run
     dcnt = np.zeros(m, np.int64)
     running = np.full(m, -1, np.int64)
     dfree = np.zeros(m)
@@ -167,7 +189,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
         ready[v] = 0.0
         if indeg[v] == 0:
             d = place[v]
-            _heap_push(hkey, heap, hoff[d], hlen[d], 0.0, v)
+            _run_insert(hkey, heap, hoff[d], hoff[d] + hlen[d], 0.0, v)  # in key order: appends
             hlen[d] += 1
     for d in range(m):
         if hlen[d] > 0:
@@ -244,17 +266,28 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
                 left = remaining[v] - 1
                 remaining[v] = left
                 if left == 0:
-                    h = hoff[b]
-                    _heap_push(hkey, heap, h, hlen[b], rv, v)
+                    h = hoff[b] + hhead[b]
+                    j = h + hlen[b] - (RUN_LIMIT + 1)  # read only when the run is longer than RUN_LIMIT
+                    if heaped[b] == 0 and (hlen[b] <= RUN_LIMIT or hkey[j] < rv or (hkey[j] == rv and heap[j] < v)):
+                        _run_insert(hkey, heap, h, h + hlen[b], rv, v)
+                    else:
+                        heaped[b] = 1
+                        _sift_up(hkey, heap, h, hlen[b], rv, v)
                     hlen[b] += 1
                     idle = running[b] < 0
                     cand_t[b] = max(dfree[b], hkey[h]) if idle else cand_t[b]
-            h = hoff[a]  # < n: device a holds op u, so its heap segment is not empty
+            h = hoff[a] + hhead[a]  # the queue's minimum (read only when it is not empty)
             cand_t[a] = max(bt, hkey[h]) if hlen[a] > 0 else _INF
             cand_k[a] = n + a
         else:  # start the ready op of smallest (ready time, topological index) on device bd
             d = bd
-            v = _heap_pop(hkey, heap, hoff[d], hlen[d])
+            h = hoff[d] + hhead[d]
+            if heaped[d] == 0:
+                v = heap[h]
+                hhead[d] += 1
+            else:
+                v = _heap_pop(hkey, heap, h, hlen[d])
+                heaped[d] = np.int64(hlen[d] > 1)  # an empty queue starts again as a sorted run
             hlen[d] -= 1
             dur = cost[v] / speed[d]
             e = bt + dur
@@ -404,7 +437,7 @@ class Workspace:
 
     BUFFERS = (
         ("start", "n", np.float64), ("end", "n", np.float64), ("ready", "n", np.float64),
-        ("remaining", "n", np.int64), ("hkey", "n", np.float64), ("heap", "n", np.int64),
+        ("remaining", "n", np.int64), ("hkey", "n+1", np.float64), ("heap", "n+1", np.int64),
         ("hoff", "m+1", np.int64), ("devops", "n", np.int64),
         ("xsrc", "x", np.int64), ("xa", "x", np.int64), ("xb", "x", np.int64), ("xs", "x", np.float64),
         ("xe", "x", np.float64), ("xbytes", "x", np.float64), ("xfirst", "n", np.int64),
@@ -421,7 +454,8 @@ class Workspace:
         if 2 * n + m >= MAX_POSITIONS or x + m >= MAX_POSITIONS or n + x >= MAX_POSITIONS:
             raise ValueError(f"graph of {n} ops and {e} edges is too large for the simulator "
                              f"(positions must stay below {MAX_POSITIONS})")
-        lengths = {"n+m": n + m, "n+x": n + x, "n": n, "m": m, "m+1": m + 1, "x": x, "2n+m": 2 * n + m, "x+m": x + m}
+        lengths = {"n": n, "n+1": n + 1, "n+m": n + m, "n+x": n + x, "m": m, "m+1": m + 1, "x": x,
+                   "2n+m": 2 * n + m, "x+m": x + m}
         for name, size, dtype in self.BUFFERS:
             setattr(self, name, np.zeros(lengths[size], dtype))
 

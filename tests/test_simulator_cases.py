@@ -184,3 +184,30 @@ def test_workspace_refuses_a_graph_beyond_its_32_bit_positions():
 
     with pytest.raises(ValueError, match="too large for the simulator"):
         Workspace(2**31, 10, 3)  # refused before anything is allocated
+
+
+def late_ready_queue(k: int):
+    """``k`` ops wait on device 0 for a slow copy while a local chain keeps readying earlier ops.
+
+    ``s`` (device 1) sends ``100 k`` bytes to device 0: the copy arrives at
+    ``k + 0.5`` s. The chain ``y0 -> y1 -> ...`` runs on device 0, one second
+    per op; ``x_i`` needs ``s`` and ``y_i``, so it joins device 0's ready queue
+    at ``i + 1`` s with key ``k + 0.5``, and every later ``y`` (key ``i + 1``)
+    must go in front of all the ``x`` already waiting: the insertion pattern
+    that turns a sorted ready run into a heap (quadratic time without that).
+    Makespan: the chain ends at ``k``, then the ``x`` run back to back from ``k + 0.5``.
+    """
+    nodes = [("s", 0.0, 100 * k)] + [(f"y{i}", 1.0, 1) for i in range(k)] + [(f"x{i}", 1.0, 1) for i in range(k)]
+    edges = [(f"y{i}", f"y{i + 1}") for i in range(k - 1)]
+    edges += [("s", f"x{i}") for i in range(k)] + [(f"y{i}", f"x{i}") for i in range(k)]
+    return graph(nodes, edges), [1] + [0] * (2 * k)
+
+
+@pytest.mark.parametrize("k", [5, 33, 34, 200])
+def test_ready_queue_past_its_sorted_run_limit(k):
+    g, p = late_ready_queue(k)
+    c = uniform_cluster(2)
+    r = simulate(g, p, c)
+    check_reference(g, p, c, r)
+    assert r.makespan == 2 * k + 0.5
+    assert np.array_equal(simulate_batch(g, np.array([p, p]), c).makespan, [r.makespan] * 2)
