@@ -37,7 +37,13 @@ edges per op, 0.08 to 0.09 us with two, on this project's 2-core machines;
   transfer starts and sent transfer ends each come out of the simulation in
   time order, so one merge sweeps them. A buffer lives on the half-open
   interval [alloc, free) ("frees before allocations at equal times"), so the
-  level is sampled only when time moves on.
+  level is sampled only when time moves on. The merge picks the next event
+  with selects, not jumps (which run it comes from is unpredictable), and
+  compares times as integers (see :func:`_merge_peak`).
+* Values used together sit together: per out-edge (consumer, its device, its
+  in-edge slot) in one array, per device (arrival time, buffer) in one, the
+  memory events as (time, bytes) pairs in one. Fewer arrays leave more of the
+  loop's base pointers in registers.
 
 ``fastmath`` is limited to no-NaN / no-Inf / no-signed-zero assumptions (the
 graph and cluster are validated): no reassociation, no reciprocal division,
@@ -47,7 +53,7 @@ so results stay bit-identical to the reference.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, uint32
+from numba import njit, uint32, uint64
 
 _INF = np.inf
 MAX_POSITIONS = 2**32  # array positions are uint32 (see _unsigned); Workspace refuses larger graphs
@@ -144,7 +150,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
              speed, bandwidth, latency, param_factor,
              start, end, ready, remaining, hkey, heap, hoff, devops,
              xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount,
-             free_at_op, op_t, op_b, recv_t, recv_b, send_t, send_b,
+             free_at_op, events,
              busy, peak, reads, last_reader):
     """Simulate one placement; fills ``start``/``end``/transfer arrays/``busy``/``peak``.
 
@@ -164,8 +170,10 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
     send_free = np.zeros(m)
     recv_free = np.zeros(m)
     need = np.full(m, -1.0)
-    xend_dest = np.zeros(m)
-    xid_dest = np.zeros(m, np.int64)  # buffer a consumer on each device reads (see _peak_memory)
+    # per device: when the completing op's output arrives there (float at 2d) and which buffer
+    # a consumer there reads (int at 2d + 1, through the int64 view)
+    arrive = np.zeros(2 * m)
+    arrive_id = arrive.view(np.int64)
     static = np.zeros(m)
     # next event of each device: (time, key); key = op (< n) for a completion,
     # n + device for a start, so ties put completions first, by topological index
@@ -196,12 +204,14 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
         if hlen[d] > 0:
             cand_t[d] = 0.0
 
-    # the device of each out-edge's consumer, read twice per edge below: one load
-    # instead of a chain of two (edge -> consumer -> its device) on the hot path
-    edev = np.empty(sdst.shape[0], np.uint32)
+    # per out-edge: consumer, its device, its in-edge slot. The device is read twice per
+    # edge below: one load instead of a chain of two (edge -> consumer -> its device)
+    erec = np.empty(3 * sdst.shape[0], np.uint32)
     for k in range(sdst.shape[0]):
         w = sdst[k]
-        edev[k] = place[w]
+        erec[3 * k] = w
+        erec[3 * k + 1] = place[w]
+        erec[3 * k + 2] = in_slot[k]
 
     wide = m > 63  # more devices than bits in the per-op destination mask: test need[] instead
     nx = 0
@@ -230,7 +240,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
             k1 = sptr[u + 1]
             remote = 0  # bit b: a consumer on device b != a (a bit test beats a load; up to 63 devices)
             for k in range(k0, k1):
-                b = edev[k]
+                b = erec[3 * k + 1]
                 remote |= 1 << (b & 63)
                 need[b] = max(need[b], sbytes[k])
             need[a] = -1.0  # consumers on the producer's device need no transfer
@@ -249,21 +259,21 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
                     xs[nx] = s
                     xe[nx] = e
                     xbytes[nx] = nb
-                    xend_dest[b] = e
-                    xid_dest[b] = n + nx
+                    arrive[2 * b] = e
+                    arrive_id[2 * b + 1] = n + nx
                     rcnt[b] += 1
                     nx += 1
                     need[b] = -1.0
             xcount[u] = nx - xfirst[u]
-            xend_dest[a] = bt  # same-device inputs arrive when the producer ends
-            xid_dest[a] = u
+            arrive[2 * a] = bt  # same-device inputs arrive when the producer ends
+            arrive_id[2 * a + 1] = u
             for k in range(k0, k1):
-                v = sdst[k]
-                b = edev[k]
-                rv = max(ready[v], xend_dest[b])
+                v = erec[3 * k]
+                b = erec[3 * k + 1]
+                rv = max(ready[v], arrive[2 * b])
                 ready[v] = rv
-                j = in_slot[k]
-                reads[j] = xid_dest[b]
+                j = erec[3 * k + 2]
+                reads[j] = arrive_id[2 * b + 1]
                 left = remaining[v] - 1
                 remaining[v] = left
                 if left == 0:
@@ -308,7 +318,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
 
     _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
                  nx, xb, xs, xe, xbytes, xfirst, xcount, rcnt, free_at_op,
-                 op_t, op_b, recv_t, recv_b, send_t, send_b, static, peak, last_reader)
+                 events, static, peak, last_reader)
     return makespan, nx
 
 
@@ -316,7 +326,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
       locals=_unsigned("u", "b", "d", "k", "x", "q", "r", "o", "j", "bid", "xl"))
 def _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
                  nx, xb, xs, xe, xbytes, xfirst, xcount, rcnt, free_at_op,
-                 op_t, op_b, recv_t, recv_b, send_t, send_b, static, peak, last_reader):
+                 events, static, peak, last_reader):
     """Per-device peak = static + max over time of live outputs and received copies.
 
     Every buffer is freed at a known event: the end of its last reader on
@@ -324,8 +334,11 @@ def _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
     = transfer ``x``'s copy, filled by :func:`sim_core`), or, for an output,
     the end of its last transfer out of the device if that is later.
 
-    Each device's events are laid out as three contiguous time-sorted
-    (time, bytes) runs, each closed by a +inf sentinel, then merged:
+    Each device's events are laid out as three contiguous time-sorted runs
+    of (time, bytes) slots, each closed by a +inf sentinel, then merged by
+    :func:`_merge_peak`. Slot ``i`` is ``events[2i]`` (time) and
+    ``events[2i + 1]`` (bytes); the op runs take the first ``2n + m`` slots,
+    the received-copy runs the next ``x + m``, the sent-output runs the last ``n + m``:
 
     * received copies (start: +copy), in booking order, which on the receiving
       device is start order; one pass over the transfers writes them and
@@ -334,16 +347,19 @@ def _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
     * the outputs freed by a transfer's end, in the same order: one op's
       transfers leave one after another on the device's send channel, so the
       last one booked ends last, and the ops' transfers are booked in execution
-      order. At most one such entry per op, so the run fits in ``hoff[d] + d``.
+      order. At most one such entry per op, so device d's run starts at slot ``hoff[d] + d`` of its part.
 
     Ends that free nothing are left out (written, then overwritten): an event
     that leaves the level unchanged cannot change the peak.
     """
     for v in range(n):
         free_at_op[v] = 0.0
+    # first slots of the received-copy and sent-output parts of ``events``
+    r0 = 2 * n + m
+    s0 = r0 + xe.shape[0] + m
     rbase = np.empty(m, np.int64)
     rfill = np.empty(m, np.int64)
-    r = 0
+    r = r0
     for d in range(m):
         rbase[d] = r
         rfill[d] = r
@@ -351,14 +367,14 @@ def _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
     for x in range(nx):
         b = xb[x]
         j = rfill[b]
-        recv_t[j] = xs[x]
-        recv_b[j] = xbytes[x]
+        events[2 * j] = xs[x]
+        events[2 * j + 1] = xbytes[x]
         rfill[b] += 1
         j = last_reader[n + x]
         free_at_op[j] += xbytes[x]
     for d in range(m):
         j = rfill[d]
-        recv_t[j] = _INF
+        events[2 * j] = _INF
 
     obase = np.empty(m, np.int64)
     ocnt = np.empty(m, np.int64)
@@ -367,7 +383,7 @@ def _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
     o = 0
     for d in range(m):
         obase[d] = o
-        q = hoff[d] + d
+        q = s0 + hoff[d] + d
         sbase[d] = q
         for k in range(hoff[d], hoff[d] + dcnt[d]):
             u = devops[k]
@@ -378,55 +394,64 @@ def _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
             xl = xfirst[u] + max(xcount[u], 1) - 1
             t_sent = xe[xl]
             by_transfer = (xcount[u] > 0) & (t_sent > t_free)
-            send_t[q] = t_sent
-            send_b[q] = -ob
+            events[2 * q] = t_sent
+            events[2 * q + 1] = -ob
             q += np.int64(by_transfer & (ob != 0.0))
             free_at_op[bid] += 0.0 if by_transfer else ob
             # what u's end frees is complete: copies were credited above, outputs by ops that ran before u
-            op_t[o] = start[u]
-            op_b[o] = ob
-            op_t[o + 1] = end[u]
+            events[2 * o] = start[u]
+            events[2 * o + 1] = ob
+            events[2 * o + 2] = end[u]
             freed = free_at_op[u]
-            op_b[o + 1] = -freed
+            events[2 * o + 3] = -freed
             o += 1 + np.int64(freed != 0.0)
         ocnt[d] = o - obase[d]
-        op_t[o] = _INF
+        events[2 * o] = _INF
         o += 1
         scnt[d] = q - sbase[d]
-        send_t[q] = _INF
+        events[2 * q] = _INF
 
     for d in range(m):
         # merge the three time-sorted runs. The level after all events of one
         # instant is the live memory until the next instant, so the peak is
         # sampled only when time moves on and equal-time events may come in any order.
-        k = obase[d]
-        r = rbase[d]
-        q = sbase[d]
-        level = 0.0
-        pk = 0.0
-        t_prev = 0.0
-        for _ in range(ocnt[d] + rcnt[d] + scnt[d]):
-            t_op = op_t[k]
-            t_r = recv_t[r]
-            t_q = send_t[q]
-            if t_op <= t_r and t_op <= t_q:
-                t = t_op
-                delta = op_b[k]
-                k += 1
-            elif t_r <= t_q:
-                t = t_r
-                delta = recv_b[r]
-                r += 1
-            else:
-                t = t_q
-                delta = send_b[q]
-                q += 1
-            if t > t_prev:
-                pk = max(pk, level)
-                t_prev = t
-            level += delta
-        pk = max(pk, level)
+        pk = _merge_peak(events, 2 * obase[d], 2 * rbase[d], 2 * sbase[d], ocnt[d] + rcnt[d] + scnt[d])
         peak[d] = static[d] + pk
+
+
+@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"},
+      locals={"k": uint64, "r": uint64, "q": uint64, "j": uint64})
+def _merge_peak(events: np.ndarray, k: int, r: int, q: int, count: int) -> float:
+    """Highest memory level (bytes) over ``count`` events merged from three time-sorted runs.
+
+    ``events`` holds (time, bytes) pairs; ``k``, ``r``, ``q`` are the positions
+    of the three runs' first times (even), each run closed by a +inf time.
+    Times are >= 0 or +inf, and for those IEEE doubles compare like their
+    bit patterns read as int64: integer compares and selects choose the next
+    event, which run it comes from decided without a jump (unpredictable,
+    so a jump would be mispredicted about once per event). Positions are
+    uint64: no negative-index wraparound, no zero extension.
+    """
+    times = events.view(np.int64)
+    level = 0.0
+    pk = 0.0
+    t_prev = np.int64(0)
+    for _ in range(count):
+        t_op = times[k]
+        t_r = times[r]
+        t_q = times[q]
+        c_op = (t_op <= t_r) & (t_op <= t_q)
+        c_r = (t_r <= t_q) & ~c_op
+        t = min(t_op, min(t_r, t_q))
+        j = k if c_op else (r if c_r else q)
+        if t > t_prev:
+            pk = max(pk, level)
+            t_prev = t
+        level += events[j + 1]
+        k += np.uint64(2) if c_op else np.uint64(0)
+        r += np.uint64(2) if c_r else np.uint64(0)
+        q += np.uint64(0) if (c_op | c_r) else np.uint64(2)
+    return max(pk, level)
 
 
 class Workspace:
@@ -444,19 +469,18 @@ class Workspace:
         ("xe", "x", np.float64), ("xbytes", "x", np.float64), ("xfirst", "n", np.int64),
         ("xcount", "n", np.int64),
         ("free_at_op", "n", np.float64),
-        ("op_t", "2n+m", np.float64), ("op_b", "2n+m", np.float64), ("recv_t", "x+m", np.float64),
-        ("recv_b", "x+m", np.float64), ("send_t", "n+m", np.float64), ("send_b", "n+m", np.float64),
+        ("events", "ev", np.float64),
         ("busy", "m", np.float64), ("peak", "m", np.float64),
         ("reads", "x", np.int64), ("last_reader", "n+x", np.int64),
     )
 
     def __init__(self, n: int, e: int, m: int) -> None:
         x = e + 1  # one slot more than transfers can fill: _peak_memory reads one past an op's transfers
-        if 2 * n + m >= MAX_POSITIONS or x + m >= MAX_POSITIONS or n + x >= MAX_POSITIONS:
+        if 3 * n + x + 3 * m >= MAX_POSITIONS:  # the largest: (time, bytes) slots of the memory events
             raise ValueError(f"graph of {n} ops and {e} edges is too large for the simulator "
                              f"(positions must stay below {MAX_POSITIONS})")
         lengths = {"n": n, "n+1": n + 1, "n+m": n + m, "n+x": n + x, "m": m, "m+1": m + 1, "x": x,
-                   "2n+m": 2 * n + m, "x+m": x + m}
+                   "2n+m": 2 * n + m, "x+m": x + m, "ev": 2 * ((2 * n + m) + (x + m) + (n + m))}
         for name, size, dtype in self.BUFFERS:
             setattr(self, name, np.zeros(lengths[size], dtype))
 
@@ -469,7 +493,7 @@ def sim_batch(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_
               speed, bandwidth, latency, param_factor,
               start, end, ready, remaining, hkey, heap, hoff, devops,
               xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount,
-              free_at_op, op_t, op_b, recv_t, recv_b, send_t, send_b, busy, peak, reads, last_reader,
+              free_at_op, events, busy, peak, reads, last_reader,
               out_makespan, out_peak, out_busy):
     """Simulate every row of ``placements`` (B x N, device per node in node order).
 
@@ -487,7 +511,7 @@ def sim_batch(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_
                          speed, bandwidth, latency, param_factor,
                          start, end, ready, remaining, hkey, heap, hoff, devops,
                          xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount,
-                         free_at_op, op_t, op_b, recv_t, recv_b, send_t, send_b, busy, peak, reads, last_reader)
+                         free_at_op, events, busy, peak, reads, last_reader)
         out_makespan[i] = mk
         out_peak[i, :] = peak
         out_busy[i, :] = busy
