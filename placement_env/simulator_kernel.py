@@ -458,7 +458,8 @@ class Workspace:
     """Buffers for :func:`sim_core` sized for one graph and cluster, reused across calls.
 
     ``BUFFERS`` lists them in the order of :func:`sim_core`'s parameters, with
-    their length (``n`` nodes, ``x`` transfer slots = edges, ``m`` devices) and type.
+    their length (``n`` nodes, ``x`` transfer slots = edges, ``m`` devices; ``ev``:
+    the (time, bytes) slot pairs of the memory events, see :func:`_peak_memory`) and type.
     """
 
     BUFFERS = (
@@ -479,8 +480,8 @@ class Workspace:
         if 3 * n + x + 3 * m >= MAX_POSITIONS:  # the largest: (time, bytes) slots of the memory events
             raise ValueError(f"graph of {n} ops and {e} edges is too large for the simulator "
                              f"(positions must stay below {MAX_POSITIONS})")
-        lengths = {"n": n, "n+1": n + 1, "n+m": n + m, "n+x": n + x, "m": m, "m+1": m + 1, "x": x,
-                   "2n+m": 2 * n + m, "x+m": x + m, "ev": 2 * ((2 * n + m) + (x + m) + (n + m))}
+        lengths = {"n": n, "n+1": n + 1, "n+x": n + x, "m": m, "m+1": m + 1, "x": x,
+                   "ev": 2 * ((2 * n + m) + (x + m) + (n + m))}
         for name, size, dtype in self.BUFFERS:
             setattr(self, name, np.zeros(lengths[size], dtype))
 
