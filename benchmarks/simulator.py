@@ -23,13 +23,15 @@ one ``simulate`` call on a 10,000-op training graph.
 Every rate is the best of ``--repeats`` timed calls (default 5), taken in
 rounds over all the figures after one untimed round: on a shared virtual
 machine another tenant can slow the code by 10-20% for seconds at a time, and
-never speed it up, so the fastest call is the figure that repeats.
+never speed it up, so the fastest call is the figure that repeats. Python's
+garbage collector is off while timing, as in ``timeit``.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
 import platform
@@ -59,15 +61,23 @@ def best_rates(calls: dict, repeats: int = REPEATS) -> dict:
     once untimed (the first calls on fresh arrays run up to 15% slower), then
     the repeats go round all of them in turn, so that a slow spell of the
     machine lasting seconds costs each figure one repeat, not all of them.
+    Python's garbage collector is off while timing, as in :mod:`timeit`: its
+    passes over every live object (all the loaded graphs) would otherwise land
+    at random in the pure-Python reference's calls.
     """
     for fn, _ in calls.values():
         fn()
     best = dict.fromkeys(calls, float("inf"))
-    for _ in range(repeats):
-        for name, (fn, _) in calls.items():
-            t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            for name, (fn, _) in calls.items():
+                t0 = time.perf_counter()
+                fn()
+                best[name] = min(best[name], time.perf_counter() - t0)
+    finally:
+        gc.enable()
     return {name: count / best[name] for name, (_, count) in calls.items()}
 
 
