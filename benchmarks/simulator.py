@@ -16,9 +16,9 @@ benchmark-suite training graph of 900 to 1,100 ops (``ptb``, ``nmt``, ``cifar10`
 chosen by size, not by hand: about 2.2 edges per op, where the synthetic graph
 above has 4; printed one by one and as minimum / median / maximum) and on two
 real CNN training graphs (``resnet101``, ``inception_v3``: 1.4 edges per op);
-the time per op on a 100-op and a
-1,000-op graph (does the cost grow with the working set?), and the wall time of
-one ``simulate`` call on a 10,000-op training graph.
+the time per op on a 100-op and a 1,000-op graph (does the cost grow with the
+working set?), and the wall time of one ``simulate`` call on a 10,000-op
+training graph.
 
 Every rate is the best of ``--repeats`` timed calls (default 5), taken in
 rounds over all the figures after one untimed round: on a shared virtual
@@ -110,7 +110,6 @@ def main() -> None:
     moved = rng.random(search_units.shape) < 0.05
     search_units[moved] = rng.integers(0, args.devices, int(moved.sum()))
     search_p = search_units[:, graph.unit_of]
-    simulate_batch(graph, random_p[:2], cluster)  # compile / load the kernel
     calls = {
         "batch_random": _batch(graph, random_p, cluster),
         "batch_search": _batch(graph, search_p, cluster),
@@ -166,7 +165,7 @@ def main() -> None:
 
     g = figures["graph"]
     print(f"graph: {g['name']}, {g['ops']} ops, {g['edges']} edges, {g['units']} units; {args.devices} x p100; "
-          f"best of {args.repeats} calls")
+          f"best of {args.repeats} call{'s' if args.repeats > 1 else ''}")
     print(f"simulate_batch, random placements : {figures['batch_random_evals_per_s']:>10,.0f} evaluations/s")
     print(f"simulate_batch, search placements : {figures['batch_search_evals_per_s']:>10,.0f} evaluations/s")
     print(f"simulate (with schedule), random  : {figures['single_random_evals_per_s']:>10,.0f} evaluations/s")
