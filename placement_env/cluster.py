@@ -14,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .graph import is_number
 from .graph_io import read_json_file, write_json_file
 
 CLUSTER_FORMAT = "device-placement-cluster"
@@ -67,6 +68,34 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
 DEFAULT_KIND = "p100"
 
 
+def _link_matrix(label: str, values, devices: Sequence[Device]) -> np.ndarray:
+    """``values`` (M x M nested sequence or array) as a float64 array, with a zero diagonal.
+
+    Raises:
+        ValueError: if it is not M x M (naming the short row), or naming the
+            first entry ``label[a][b]`` that is not a number (a string, null, a list).
+    """
+    m = len(devices)
+    rows = values.tolist() if isinstance(values, np.ndarray) else values
+    if not isinstance(rows, (list, tuple)) or len(rows) != m:
+        got = f"{len(rows)} rows" if isinstance(rows, (list, tuple)) else repr(rows)
+        raise ValueError(f"{label} must be {m}x{m} for {m} devices, got {got}")
+    for a, row in enumerate(rows):
+        if not isinstance(row, (list, tuple)) or len(row) != m:
+            got = f"{len(row)} entries" if isinstance(row, (list, tuple)) else repr(row)
+            raise ValueError(f"{label} must be {m}x{m} for {m} devices, row {a} ({devices[a].name}) has {got}")
+    mat = np.zeros((m, m))
+    for a, row in enumerate(rows):
+        for b, value in enumerate(row):
+            if a == b:  # the diagonal is ignored (spec section 2), whatever it holds
+                continue
+            if not is_number(value):
+                raise ValueError(f"{label}[{a}][{b}] ({devices[a].name} -> {devices[b].name}) must be a number, "
+                                 f"got {value!r}")
+            mat[a, b] = value
+    return mat
+
+
 @dataclass(frozen=True)
 class Device:
     """One device: a name, a speed relative to the reference device, and memory in bytes."""
@@ -87,7 +116,8 @@ class Cluster:
 
     Raises:
         ValueError: naming the device or link for a non-positive speed, memory
-            or bandwidth, a negative latency, a NaN, or matrices of the wrong shape.
+            or bandwidth, a negative latency, a NaN, a matrix entry that is not a
+            number, or matrices of the wrong shape.
     """
 
     def __init__(self, devices: Sequence[Device], bandwidth, latency, name: str = "cluster") -> None:
@@ -97,22 +127,19 @@ class Cluster:
         m = len(devices)
         for i, d in enumerate(devices):
             for field, value in (("speed", d.speed), ("memory_bytes", d.memory_bytes)):
-                if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                if not is_number(value):
                     raise ValueError(f"device {i} ({d.name!r}): {field} must be a number, got {value!r}")
                 if not math.isfinite(float(value)) or float(value) <= 0:
                     raise ValueError(f"device {i} ({d.name!r}): {field} must be positive and finite, got {value!r}")
-        bw = np.array(bandwidth, dtype=np.float64)
-        lat = np.array(latency, dtype=np.float64)
-        for label, mat in (("bandwidth", bw), ("latency", lat)):
-            if mat.shape != (m, m):
-                raise ValueError(f"{label} must be {m}x{m} for {m} devices, got shape {mat.shape}")
+        bw = _link_matrix("bandwidth", bandwidth, devices)
+        lat = _link_matrix("latency", latency, devices)
         off = ~np.eye(m, dtype=bool)
         for a, b in zip(*np.nonzero(off & ~(np.isfinite(bw) & (bw > 0)))):
             raise ValueError(f"bandwidth[{a}][{b}] ({devices[a].name} -> {devices[b].name}) must be positive "
-                             f"and finite, got {bw[a, b]!r}")
+                             f"and finite, got {float(bw[a, b])!r}")
         for a, b in zip(*np.nonzero(off & ~(np.isfinite(lat) & (lat >= 0)))):
             raise ValueError(f"latency[{a}][{b}] ({devices[a].name} -> {devices[b].name}) must be >= 0 "
-                             f"and finite, got {lat[a, b]!r}")
+                             f"and finite, got {float(lat[a, b])!r}")
         np.fill_diagonal(bw, np.inf)  # never used: same-device inputs need no transfer
         np.fill_diagonal(lat, 0.0)
         self.devices: tuple[Device, ...] = tuple(devices)

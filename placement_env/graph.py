@@ -58,9 +58,14 @@ class Edge:
     bytes: float | None = None
 
 
+def is_number(value: object) -> bool:
+    """Whether ``value`` is an int or float (Python or numpy), not a bool, string or None."""
+    return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+
+
 def _check_number(value: object, what: str) -> float:
     """Return ``value`` as a float, or raise ``ValueError`` naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if not is_number(value):
         raise ValueError(f"{what} must be a number, got {value!r}")
     x = float(value)
     if math.isnan(x):

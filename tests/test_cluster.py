@@ -64,11 +64,24 @@ def test_spec_example_cluster_loads(tmp_path):
     ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 0], [1, 0]], [[0, 0], [0, 0]], r"bandwidth\[0\]\[1\]"),
     ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 1], [1, 0]], [[0, -1], [0, 0]], r"latency\[0\]\[1\]"),
     ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 1]], [[0, 0], [0, 0]], "must be 2x2"),
+    ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 1], [1]], [[0, 0], [0, 0]], r"must be 2x2 .* row 1 \(b\) has 1 entries"),
+    ([Device("a", 1, 1), Device("b", 1, 1)], [[0, "x"], [1, 0]], [[0, 0], [0, 0]],
+     r"bandwidth\[0\]\[1\] \(a -> b\) must be a number, got 'x'"),
+    ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 1], [1, 0]], [[0, 0], [None, 0]],
+     r"latency\[1\]\[0\] \(b -> a\) must be a number, got None"),
+    ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 1], [1, 0]], [[0, 0], [[1], 0]], r"latency\[1\]\[0\] .* got \[1\]"),
     ([], [], [], "at least one device"),
 ])
 def test_invalid_clusters(devices, bw, lat, message):
     with pytest.raises(ValueError, match=message):
         Cluster(devices, bw, lat)
+
+
+def test_diagonal_is_ignored_whatever_it_holds():
+    devices = [Device("a", 1, 1), Device("b", 1, 1)]
+    c = Cluster(devices, [[None, 2e9], [3e9, "n/a"]], [[None, 1e-5], [2e-5, None]])
+    assert c.bandwidth[0, 1] == 2e9 and c.bandwidth[1, 0] == 3e9
+    assert c.latency[0, 1] == 1e-5 and c.latency[1, 0] == 2e-5 and c.latency[0, 0] == 0.0
 
 
 def test_bad_preset_arguments():
