@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import signal
@@ -99,8 +100,19 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.devices is not None and args.devices < 1:
         raise ValueError(f"--devices must be >= 1, got {args.devices}")
-    if args.budget_seconds <= 0:
-        raise ValueError(f"--budget-seconds must be positive, got {args.budget_seconds}")
+    if not 0 < args.budget_seconds < math.inf:
+        raise ValueError(f"--budget-seconds must be positive and finite, got {args.budget_seconds}")
+    if not 0 < args.learning_rate < math.inf:
+        raise ValueError(f"--learning-rate must be positive and finite, got {args.learning_rate}")
+    from placement_env.placement_task import initial_placement_names
+
+    if args.initial_placement not in initial_placement_names():
+        raise ValueError(f"unknown --initial-placement {args.initial_placement!r}; use one of "
+                         f"{', '.join(initial_placement_names())}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out!r} is a file, not a folder")
     if args.expected_moves < 0:
         raise ValueError(f"--expected-moves must be >= 0, got {args.expected_moves}")
     if not 0 <= args.epsilon <= 1:
@@ -407,6 +419,11 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+    except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as exc:  # a graph / cluster file not found, an output that cannot be written
+        from placement_env.cli_common import os_error_message
+
+        print(f"error: {os_error_message(exc)}", file=sys.stderr)
         sys.exit(2)

@@ -117,6 +117,17 @@ QUICK = {"seeds": 1, "graphs": 1, "devices": (3,), "budget_seconds": 2.0, "hidde
 
 # ----------------------------------------------------------------------------------------------- running
 
+def train_argv(run: Run, settings: Settings, folder: Path) -> list[str]:
+    """The ``train.py`` command line of ``run``, writing to ``folder``."""
+    argv = ["--encoder", run.encoder, "--graph", run.graph, "--devices", str(run.devices),
+            "--seed", str(run.seed), "--budget-seconds", str(settings.budget_seconds), "--algo", settings.algo,
+            "--hidden-dim", str(settings.hidden_dim), "--expected-moves", str(settings.expected_moves),
+            "--initial-placement", settings.initial_placement, "--out", str(folder), "--progress", "off"]
+    for key, value in run.options:
+        argv += ["--encoder-option", f"{key}={json.dumps(value)}"]
+    return argv
+
+
 def run_training(run: Run, settings: Settings) -> dict:
     """Train ``run`` with ``train.py`` (or reuse its cached result) and return its results JSON."""
     import train
@@ -125,12 +136,7 @@ def run_training(run: Run, settings: Settings) -> dict:
     results_file = folder / "results.json"
     if results_file.exists():
         return json.loads(results_file.read_text())
-    argv = ["--encoder", run.encoder, "--graph", run.graph, "--devices", str(run.devices),
-            "--seed", str(run.seed), "--budget-seconds", str(settings.budget_seconds), "--algo", settings.algo,
-            "--hidden-dim", str(settings.hidden_dim), "--expected-moves", str(settings.expected_moves),
-            "--initial-placement", settings.initial_placement, "--out", str(folder), "--progress", "off"]
-    for key, value in run.options:
-        argv += ["--encoder-option", f"{key}={json.dumps(value)}"]
+    argv = train_argv(run, settings, folder)
     print(f"  {run.label or run.encoder:<24} {run.graph:<14} {run.devices} devices  seed {run.seed}", flush=True)
     with contextlib.redirect_stdout(io.StringIO()):
         train.main(argv)
@@ -467,6 +473,18 @@ def main(argv: list[str] | None = None) -> int:
             setattr(settings, name, tuple(value) if isinstance(value, list) else value)
     if settings.seeds < 1 or settings.graphs < 1 or not 1 <= settings.graphs <= 17:
         parser.error("--seeds must be >= 1 and --graphs between 1 and 17")
+    if min(settings.devices) < 1 or settings.model_devices < 1:
+        parser.error(f"--devices and --model-devices must be >= 1, got {list(settings.devices)} and "
+                     f"{settings.model_devices}")
+    import train
+
+    try:  # bad settings fail now, with train.py's message, not in the first run
+        train.check_args(train.build_parser().parse_args(
+            train_argv(Run("fadp-gt", "default", settings.devices[0], 0), settings, settings.out / "runs")))
+    except ValueError as exc:
+        parser.error(str(exc))
+    if settings.out.exists() and not settings.out.is_dir():
+        parser.error(f"--out {str(settings.out)!r} is a file, not a folder")
     settings.out.mkdir(parents=True, exist_ok=True)
     sections: list[str] = []
     for experiment in (EXPERIMENTS if args.experiment == "all" else (args.experiment,)):

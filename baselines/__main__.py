@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from placement_env.cli_common import add_graph_and_cluster_args, graph_and_cluster_from_args, run_cli
+from placement_env.cli_common import (add_graph_and_cluster_args, check_output_paths, graph_and_cluster_from_args,
+                                     run_cli)
 from placement_env.placement_io import write_placement
 
 from . import PLACERS
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_output_paths(file=args.json, folder=args.placements_dir)
     graph, cluster = graph_and_cluster_from_args(args)
     names = [x.strip() for x in args.placers.split(",") if x.strip()]
     unknown = [x for x in names if x not in PLACERS]

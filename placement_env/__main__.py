@@ -17,7 +17,7 @@ import sys
 from .cli_common import add_graph_and_cluster_args, graph_and_cluster_from_args, run_cli
 from .placement_io import read_placement
 from .registry import REAL_MODELS, REAL_MODELS_DIR, SUITES, list_graphs, load_graph
-from .simulator import simulate
+from .simulator import checked_param_factor, simulate
 from .suites import SUITE_NAMES, SUITE_SEEDS, shipped_path, table1_markdown
 
 
@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "table1":
         print(table1_markdown())
         return 0
+    checked_param_factor(args.param_factor)
     graph, cluster = graph_and_cluster_from_args(args)
     placement = read_placement(args.placement, graph)
     result = simulate(graph, placement, cluster, param_factor=args.param_factor)

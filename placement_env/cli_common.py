@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Callable
 
 from .cluster import DEFAULT_KIND, DEVICE_KINDS, Cluster
@@ -30,13 +31,37 @@ def graph_and_cluster_from_args(args: argparse.Namespace) -> tuple[ComputationGr
     return graph, cluster
 
 
+def check_output_paths(file: str | None = None, folder: str | None = None) -> None:
+    """Refuse, before any work is done, an output ``file`` that is a folder or lies in no folder,
+    and an output ``folder`` that is a file (``ValueError`` naming the path)."""
+    if file is not None:
+        path = Path(file)
+        if path.is_dir():
+            raise ValueError(f"{file!r} is a folder; give a file name to write")
+        if not path.parent.is_dir():
+            raise ValueError(f"cannot write {file!r}: folder {str(path.parent)!r} does not exist")
+    if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
+        raise ValueError(f"{folder!r} is a file, not a folder")
+
+
+def os_error_message(exc: OSError) -> str:
+    """``'out.json': Is a directory`` rather than ``[Errno 21] Is a directory: 'out.json'``."""
+    if exc.filename is not None and exc.strerror:
+        return f"{str(exc.filename)!r}: {exc.strerror}"
+    return str(exc)
+
+
 def run_cli(main: Callable[[], int]) -> int:
-    """Run ``main``; bad input ends with a one-line ``error: ...`` on stderr and exit code 2."""
+    """Run ``main``; bad input (or an output path that cannot be written) ends with a one-line
+    ``error: ...`` on stderr and exit code 2."""
     try:
         return main()
-    except (ValueError, FileNotFoundError, KeyError) as exc:
+    except (ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"error: {message}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # FileNotFoundError, IsADirectoryError, PermissionError, ...
+        print(f"error: {os_error_message(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

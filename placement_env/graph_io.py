@@ -32,14 +32,20 @@ def read_json_file(path: str | os.PathLike) -> Any:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
+    if path.is_dir():
+        raise ValueError(f"{str(path)!r} is a directory, not a JSON file")
     try:
         if path.name.endswith(".gz"):
             with gzip.open(path, "rt", encoding="utf-8") as f:
                 return json.load(f)
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError) as exc:
+    except (gzip.BadGzipFile, EOFError) as exc:
+        raise ValueError(f"{str(path)!r} is not a complete gzip file: {exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
 
 
 def write_json_file(obj: Any, path: str | os.PathLike) -> None:

@@ -15,9 +15,16 @@ from .cluster import DEFAULT_KIND, Cluster
 from .features import STATIC_FEATURES, UnitGraph, unit_graph
 from .graph import ComputationGraph
 from .registry import SUITES, load_graph, load_suite
-from .simulator import DEFAULT_PARAM_FACTOR, Simulator
+from .simulator import DEFAULT_PARAM_FACTOR, Simulator, checked_param_factor
 
 INITIAL_PLACEMENTS = ("single", "random", "round_robin")
+
+
+def initial_placement_names() -> tuple[str, ...]:
+    """Every accepted ``initial_placement``: :data:`INITIAL_PLACEMENTS`, then the placers of ``baselines``."""
+    from baselines import PLACERS  # the placers build on this package: import on use
+
+    return tuple(dict.fromkeys(INITIAL_PLACEMENTS + tuple(PLACERS)))
 
 
 def unflatten_observation(obs: dict) -> dict:
@@ -79,7 +86,7 @@ class PlacementTask:
         self.graphs = resolve_graphs(graph)
         self.units: list[UnitGraph] = [unit_graph(g) for g in self.graphs]
         self.cluster = _resolve_cluster(num_devices, cluster, device_kind)
-        self.param_factor = float(param_factor)
+        self.param_factor = checked_param_factor(param_factor)
         biggest = max(u.num_units for u in self.units)
         self.max_nodes = biggest if max_nodes is None else int(max_nodes)
         for g, u in zip(self.graphs, self.units):
@@ -187,8 +194,7 @@ class PlacementTask:
         from baselines import PLACERS  # the placers build on this package: import on use
 
         if kind not in PLACERS:
-            raise ValueError(f"unknown initial_placement {kind!r}; use one of "
-                             f"{', '.join(INITIAL_PLACEMENTS + tuple(PLACERS))}")
+            raise ValueError(f"unknown initial_placement {kind!r}; use one of {', '.join(initial_placement_names())}")
         if (gi, kind) not in self._initial:  # deterministic (seed 0): place once per graph
             self._initial[gi, kind] = self.graphs[gi].unit_placement(PLACERS[kind](self.graphs[gi], self.cluster, 0))
         return self._initial[gi, kind].copy()

@@ -10,17 +10,25 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
 from .cluster import Cluster
-from .graph import ComputationGraph
+from .graph import ComputationGraph, is_number
 from .simulator_kernel import Workspace, sim_batch, sim_core
 
 DEFAULT_PARAM_FACTOR = 4.0
 """Static memory per parameter byte when training with Adam: weights, gradients, two moments."""
+
+
+def checked_param_factor(value: float) -> float:
+    """``value`` as a float, or a ``ValueError`` unless it is a finite number >= 0 (bytes per parameter byte)."""
+    if not is_number(value) or not 0.0 <= float(value) < math.inf:
+        raise ValueError(f"param_factor must be a finite number >= 0, got {value!r}")
+    return float(value)
 
 
 class OpInterval(NamedTuple):
@@ -213,7 +221,7 @@ class Simulator:
     def __init__(self, graph: ComputationGraph, cluster: Cluster, param_factor: float = DEFAULT_PARAM_FACTOR):
         self.graph = graph
         self.cluster = cluster
-        self.param_factor = float(param_factor)
+        self.param_factor = checked_param_factor(param_factor)
         self._prep = _prepare(graph)
         self._ws = Workspace(graph.num_nodes, graph.num_edges, cluster.num_devices)
         self.lower_bound = lower_bound(graph, cluster)

@@ -62,6 +62,8 @@ def test_simulate_command_text_output_and_cluster_file(tmp_path, capsys):
     (["simulate", "--graph", "missing.json", "--placement", "p.json"], "missing.json"),
     (["simulate", "--graph", "default", "--placement", "missing.json"], "missing.json"),
     (["simulate", "--graph", "default", "--placement", "{p}", "--devices", "0"], "positive integer"),
+    (["simulate", "--graph", "synthetic/1", "--placement", "{p}", "--param-factor", "nan"],
+     "param_factor must be a finite number >= 0, got nan"),
 ])
 def test_simulate_command_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     (tmp_path / "p.json").write_text("[0]")
@@ -79,6 +81,20 @@ def test_placement_file_errors_name_the_node(tmp_path, capsys):
     (tmp_path / "p.json").write_text(json.dumps({first: 0, "no-such-op": 1}))
     assert run_cli(lambda: env_main(["simulate", "--placement", str(tmp_path / "p.json")])) == 2
     assert "node 'no-such-op' is not in graph 'cifar10/0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, path, message", [
+    ("--json", "{tmp}", "'{tmp}' is a folder; give a file name to write"),
+    ("--json", "{tmp}/no/out.json", "cannot write '{tmp}/no/out.json': folder '{tmp}/no' does not exist"),
+    ("--placements-dir", "{tmp}/file", "'{tmp}/file' is a file, not a folder"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_placing(tmp_path, capsys, flag, path, message):
+    (tmp_path / "file").write_text("")
+    path, message = (x.replace("{tmp}", str(tmp_path)) for x in (path, message))
+    assert run_cli(lambda: baselines_main(["--graph", "synthetic/1", "--placers", "single", flag, path])) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before any placer ran
+    assert captured.err == f"error: {message}\n"
 
 
 def test_comparison_command_rejects_unknown_placer(capsys):

@@ -57,3 +57,17 @@ def test_cells_and_improvements_by_hand():
     assert ex._mean_spread([1.0, float("inf")], 1.0, 1) == "OOM"
     assert ex._improvement([4.0], [5.0]) == "+20.00%" and ex._improvement([6.0], [5.0]) == "-20.00%"
     assert ex._improvement([np.inf], [5.0]) == "-"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--devices", "3", "0"], "--devices and --model-devices must be >= 1, got [3, 0] and 3"),
+    (["--budget-seconds", "nan"], "--budget-seconds must be positive and finite, got nan"),
+    (["--initial-placement", "best"], "unknown --initial-placement 'best'"),
+    (["--hidden-dim", "0"], "--hidden-dim must be >= 1, got 0"),
+])
+def test_bad_settings_are_refused_before_any_run(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as info:
+        ex.main(["table2", "--quick", "--out", str(tmp_path / "out"), *args])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing trained, nothing written

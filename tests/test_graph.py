@@ -119,6 +119,20 @@ def test_malformed_files_give_errors_naming_file_and_item(tmp_path, content, mes
     assert "bad.json" in str(info.value)
 
 
+def test_unreadable_files_are_named(tmp_path):
+    with pytest.raises(ValueError, match="'.*sub' is a directory, not a JSON file"):
+        (tmp_path / "sub").mkdir()
+        read_graph(tmp_path / "sub")
+    (tmp_path / "plain.json.gz").write_text("{}")
+    with pytest.raises(ValueError, match="plain.json.gz' is not a complete gzip file"):
+        read_graph(tmp_path / "plain.json.gz")
+    write_graph(layered_dag(seed=1, num_ops=20), tmp_path / "g.json.gz")
+    whole = (tmp_path / "g.json.gz").read_bytes()
+    (tmp_path / "cut.json.gz").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ValueError, match="cut.json.gz' is not a complete gzip file"):
+        read_graph(tmp_path / "cut.json.gz")
+
+
 def test_missing_file_and_unknown_name():
     with pytest.raises(FileNotFoundError, match="nope.json"):
         load_graph("nope.json")

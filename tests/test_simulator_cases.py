@@ -125,6 +125,15 @@ def test_out_of_memory_is_flagged_per_device():
     assert not simulate(g, [1, 1], uniform_cluster(2, memory=10**6)).oom
 
 
+def test_param_factor_scales_static_memory_and_must_be_finite_and_non_negative():
+    g = graph([("a", 1.0, 100, 1000)])
+    assert simulate(g, [0], uniform_cluster(1), param_factor=1).peak_memory[0] == 1100  # params x 1 + output
+    assert simulate(g, [0], uniform_cluster(1), param_factor=0).peak_memory[0] == 100
+    for bad in (float("nan"), float("inf"), -1.0, "4", None):
+        with pytest.raises(ValueError, match=f"param_factor must be a finite number >= 0, got {bad!r}"):
+            simulate(g, [0], uniform_cluster(1), param_factor=bad)
+
+
 def test_device_speed_scales_run_time():
     g = graph([("a", 3.0, 0)])
     c = uniform_cluster(1, speed=2.0)

@@ -70,9 +70,14 @@ def test_resume_continues_from_the_checkpoint(graph_file, tmp_path):
     (["--timesteps", "ten"], "invalid int value"),
     (["--encoder-option", "use_low"], "must be KEY=VALUE"),
     (["--encoder", "gcn", "--encoder-option", "use_low=false"], "encoder 'gcn' has no option 'use_low'"),
-    (["--initial-placement", "best"], "unknown initial_placement 'best'"),
+    (["--initial-placement", "best"], "unknown --initial-placement 'best'; use one of single, random"),
     (["--expected-moves", "-1"], "--expected-moves must be >= 0"),
     (["--epsilon", "1.5"], "--epsilon must be in [0, 1]"),
+    (["--budget-seconds", "nan"], "--budget-seconds must be positive and finite, got nan"),
+    (["--learning-rate", "-1"], "--learning-rate must be positive and finite, got -1.0"),
+    (["--seed", "-5"], "--seed must be >= 0, got -5"),
+    (["--out", "README.md"], "--out 'README.md' is a file, not a folder"),
+    (["--cluster", "tests"], "'tests' is a directory, not a JSON file"),
 ])
 def test_bad_arguments_end_with_one_line_and_exit_2(tmp_path, args, message):
     out = subprocess.run([sys.executable, "train.py", "--out", str(tmp_path), *args], cwd=ROOT,
