@@ -110,8 +110,7 @@ class DevicePlacementEnv(PlacementEnvBase):
         action = np.asarray(action)
         if action.shape != (self.task.max_nodes,):
             raise ValueError(f"action must have shape ({self.task.max_nodes},), got {action.shape}")
-        units = action[:self.task.units[ep.gi].num_units].astype(np.int64)
-        self.task.check_units(ep.gi, units)
+        units = self.task.checked_units(ep.gi, action[:self.task.units[ep.gi].num_units])
         previous_makespan, _ = ep.move_to(units)
         ep.visited[:] = 1
         reward = (previous_makespan - ep.makespan) / ep.time_scale - ep.penalty(ep.peak)

@@ -161,14 +161,24 @@ class PlacementTask:
             sim = self._simulators[gi] = Simulator(self.graphs[gi], self.cluster, self.param_factor)
         return sim
 
-    def check_units(self, gi: int, unit_devices: np.ndarray) -> None:
-        """Reject a device outside the cluster, naming the unit."""
+    def checked_units(self, gi: int, unit_devices: np.ndarray) -> np.ndarray:
+        """``unit_devices`` as int64 device indices, or a ``ValueError`` naming the first unit whose entry
+        is not a device of the cluster (out of range, fractional, NaN, not a number)."""
         m = self.cluster.num_devices
-        bad = np.nonzero((unit_devices < 0) | (unit_devices >= m))[0]
+        values = np.asarray(unit_devices)
+        if values.dtype.kind in "iu":
+            ok = (values >= 0) & (values < m)
+        elif values.dtype.kind == "f":
+            with np.errstate(invalid="ignore"):
+                ok = (values >= 0) & (values < m) & (values == np.floor(values))  # False for NaN
+        else:
+            raise ValueError(f"an action holds device indices (integers), got an array of {values.dtype}")
+        bad = np.nonzero(~ok)[0]
         if bad.size:
             u = int(bad[0])
             raise ValueError(f"action puts unit {self.units[gi].names[u]!r} (index {u}) on device "
-                             f"{int(unit_devices[u])}, but the cluster has devices 0..{m - 1}")
+                             f"{values[u].item()!r}, but the cluster has devices 0..{m - 1}")
+        return values.astype(np.int64)
 
     def evaluate(self, gi: int, unit_devices: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """``(makespan s, peak bytes per device, busy s per device)`` of a unit placement."""

@@ -96,11 +96,13 @@ class DevicePlacementSequentialEnv(PlacementEnvBase):
 
     def step(self, action):
         ep = self._require_episode()
-        device = int(np.asarray(action).reshape(()))
+        device = np.asarray(action)
+        if device.size != 1:
+            raise ValueError(f"action must be one device index, got shape {device.shape}")
         unit = int(self._order[self._position])
-        units = ep.units.copy()
-        units[unit] = device
-        self.task.check_units(ep.gi, units)
+        units = ep.units.astype(np.result_type(ep.units, device))  # a float action stays float until checked
+        units[unit] = device.reshape(())
+        units = self.task.checked_units(ep.gi, units)
         previous_makespan, previous_penalty = ep.move_to(units)
         reward = (previous_makespan - ep.makespan) / ep.time_scale - (ep.penalty(ep.peak) - previous_penalty)
         ep.visited[unit] = 1

@@ -161,6 +161,13 @@ def test_bad_arguments_and_actions_are_clear_errors():
         env.step(action)
     with pytest.raises(ValueError, match="action must have shape"):
         env.step(np.zeros(3, np.int64))
+    for value, shown in ((np.nan, "nan"), (1.5, "1.5"), (-1.0, "-1.0")):  # no silent cast to a device
+        action = np.zeros(env.task.max_nodes)
+        action[1] = value
+        with pytest.raises(ValueError, match=rf"\(index 1\) on device {shown}, but the cluster has devices 0..2"):
+            env.step(action)
+    with pytest.raises(ValueError, match="an action holds device indices"):
+        env.step(np.full(env.task.max_nodes, "0"))
     with pytest.raises(ValueError, match="more than max_nodes=5"):
         make("DevicePlacement-v0", max_nodes=5)
     with pytest.raises(ValueError, match="unknown graph 'resnet9000'"):
@@ -176,6 +183,14 @@ def test_bad_arguments_and_actions_are_clear_errors():
     assert senv.action_masks().tolist() == [True, True, True, False]
     with pytest.raises(ValueError, match="on device 3"):
         senv.step(3)
+    for value in (np.nan, 0.5):
+        with pytest.raises(ValueError, match=f"on device {value}, but"):
+            senv.step(value)
+    with pytest.raises(ValueError, match="action must be one device index"):
+        senv.step([0, 1])
+    unit = int(senv.unwrapped._order[0])
+    senv.step(np.float64(1.0))  # an integer-valued float is a device
+    assert senv.unwrapped.episode.units[unit] == 1 and senv.unwrapped.episode.units.dtype == np.int64
     with pytest.raises(ValueError, match="traversal_order"):
         make("DevicePlacementSequential-v0", traversal_order="zigzag")
 
