@@ -25,6 +25,7 @@ GRAPH_FORMAT = "device-placement-graph"
 GRAPH_VERSION = 1
 _NODE_FIELDS = ("id", "op", "cost", "output_bytes", "param_bytes", "colocation", "flops", "phase")
 _OPTIONAL = ("colocation", "flops", "phase")
+_GRAPH_FIELDS = ("format", "version", "name", "nodes", "edges")
 
 
 def read_json_file(path: str | os.PathLike) -> Any:
@@ -89,6 +90,9 @@ def graph_from_dict(data: Any, source: str = "graph") -> ComputationGraph:
     version = data.get("version", GRAPH_VERSION)
     if version != GRAPH_VERSION:
         raise ValueError(f"{source}: unsupported version {version!r} (this reader knows {GRAPH_VERSION})")
+    unknown = set(data) - set(_GRAPH_FIELDS)
+    if unknown:  # a misspelt "edge" would otherwise load as a graph without edges
+        raise ValueError(f"{source}: unknown top-level field(s) {sorted(unknown)}; known: {', '.join(_GRAPH_FIELDS)}")
     raw_nodes, raw_edges = data.get("nodes"), data.get("edges", [])
     if not isinstance(raw_nodes, list):
         raise ValueError(f"{source}: 'nodes' must be a list")
@@ -115,8 +119,13 @@ def graph_from_dict(data: Any, source: str = "graph") -> ComputationGraph:
         unknown = set(re_) - {"src", "dst", "bytes"}
         if unknown:
             raise ValueError(f"{source}: edge {re_['src']!r} -> {re_['dst']!r}: unknown field(s) {sorted(unknown)}")
-        edges.append(Edge(str(re_["src"]), str(re_["dst"]), re_.get("bytes")))
+        if not isinstance(re_["src"], str) or not isinstance(re_["dst"], str):
+            raise ValueError(f"{source}: edge {i} ({re_['src']!r} -> {re_['dst']!r}): 'src' and 'dst' must be "
+                             "node ids (strings)")
+        edges.append(Edge(re_["src"], re_["dst"], re_.get("bytes")))
     name = data.get("name", source)
+    if not isinstance(name, str):
+        raise ValueError(f"{source}: 'name' must be a string, got {name!r}")
     try:
         return ComputationGraph(nodes, edges, name=name)
     except ValueError as exc:

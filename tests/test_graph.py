@@ -108,6 +108,10 @@ def test_spec_example_file_loads(tmp_path):
     ('{"nodes": [{"id": "a", "op": "x", "cost": 1, "colour": 2}]}', "unknown field"),
     ('{"nodes": [{"id": "a", "op": "x", "cost": 1}], "edges": [{"src": "a"}]}', "edge 0 must be an object"),
     ('{"nodes": [{"id": "a", "op": "x", "cost": "slow"}]}', "cost must be a number"),
+    ('{"nodes": [{"id": "a", "op": "x", "cost": 1}], "edge": []}', r"unknown top-level field\(s\) \['edge'\]"),
+    ('{"nodes": [{"id": "5", "op": "x", "cost": 1}, {"id": "b", "op": "x", "cost": 1}], '
+     '"edges": [{"src": 5, "dst": "b"}]}', "edge 0 \\(5 -> 'b'\\): 'src' and 'dst' must be node ids"),
+    ('{"name": 7, "nodes": [{"id": "a", "op": "x", "cost": 1}]}', "'name' must be a string, got 7"),
     ('{"nodes": [{"id": "a", "op": "x", "cost": 1}, {"id": "b", "op": "x", "cost": 1}], '
      '"edges": [{"src": "a", "dst": "b"}, {"src": "b", "dst": "a"}]}', "cycle"),
 ])
