@@ -208,16 +208,30 @@ class Cluster:
             raise ValueError(f"{source}: format is {data.get('format')!r}, expected {CLUSTER_FORMAT!r}")
         if data.get("version", CLUSTER_VERSION) != CLUSTER_VERSION:
             raise ValueError(f"{source}: unsupported version {data.get('version')!r}")
+        unknown = set(data) - {"format", "version", "name", "devices", "bandwidth", "latency"}
+        if unknown:
+            raise ValueError(f"{source}: unknown top-level field(s) {sorted(unknown)}")
         for key in ("devices", "bandwidth", "latency"):
             if key not in data:
                 raise ValueError(f"{source}: missing field {key!r}")
+        if not isinstance(data["devices"], list):
+            raise ValueError(f"{source}: 'devices' must be a list")
         devices = []
         for i, d in enumerate(data["devices"]):
             if not isinstance(d, dict) or "speed" not in d or "memory_bytes" not in d:
                 raise ValueError(f"{source}: device {i} needs 'speed' and 'memory_bytes'")
-            devices.append(Device(str(d.get("name", f"gpu{i}")), d["speed"], d["memory_bytes"]))
+            unknown = set(d) - {"name", "speed", "memory_bytes"}
+            if unknown:
+                raise ValueError(f"{source}: device {i}: unknown field(s) {sorted(unknown)}")
+            name = d.get("name", f"gpu{i}")
+            if not isinstance(name, str):
+                raise ValueError(f"{source}: device {i}: 'name' must be a string, got {name!r}")
+            devices.append(Device(name, d["speed"], d["memory_bytes"]))
+        name = data.get("name", source)
+        if not isinstance(name, str):
+            raise ValueError(f"{source}: 'name' must be a string, got {name!r}")
         try:
-            return cls(devices, data["bandwidth"], data["latency"], name=data.get("name", source))
+            return cls(devices, data["bandwidth"], data["latency"], name=name)
         except ValueError as exc:
             raise ValueError(f"{source}: {exc}") from None
 

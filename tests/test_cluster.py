@@ -47,14 +47,30 @@ def test_json_round_trip(tmp_path):
     assert data["format"] == "device-placement-cluster" and data["bandwidth"][0][0] == 0.0
 
 
+SPEC_EXAMPLE = {"format": "device-placement-cluster", "version": 1,
+                "devices": [{"name": "gpu0", "speed": 1.0, "memory_bytes": 17179869184},
+                            {"name": "gpu1", "speed": 1.0, "memory_bytes": 17179869184}],
+                "bandwidth": [[0, 1.2e10], [1.2e10, 0]], "latency": [[0, 1.0e-5], [1.0e-5, 0]]}
+
+
 def test_spec_example_cluster_loads(tmp_path):
-    data = {"format": "device-placement-cluster", "version": 1,
-            "devices": [{"name": "gpu0", "speed": 1.0, "memory_bytes": 17179869184},
-                        {"name": "gpu1", "speed": 1.0, "memory_bytes": 17179869184}],
-            "bandwidth": [[0, 1.2e10], [1.2e10, 0]], "latency": [[0, 1.0e-5], [1.0e-5, 0]]}
-    (tmp_path / "c.json").write_text(json.dumps(data))
+    (tmp_path / "c.json").write_text(json.dumps(SPEC_EXAMPLE))
     c = Cluster.from_json(tmp_path / "c.json")
     assert c.num_devices == 2 and c.bandwidth[1, 0] == 1.2e10
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"latencies": [[0, 1]]}, r"unknown top-level field\(s\) \['latencies'\]"),  # a typo is not ignored
+    ({"devices": {"gpu0": {}}}, "'devices' must be a list"),
+    ({"devices": [{"speed": 1, "memory_bytes": 1, "memory_gb": 16}] * 2},
+     r"device 0: unknown field\(s\) \['memory_gb'\]"),
+    ({"devices": [{"name": 0, "speed": 1, "memory_bytes": 1}] * 2}, "device 0: 'name' must be a string, got 0"),
+    ({"name": ["x"]}, r"'name' must be a string, got \['x'\]"),
+])
+def test_malformed_cluster_files_name_the_field(tmp_path, change, message):
+    (tmp_path / "c.json").write_text(json.dumps({**SPEC_EXAMPLE, **change}))
+    with pytest.raises(ValueError, match=message):
+        Cluster.from_json(tmp_path / "c.json")
 
 
 @pytest.mark.parametrize("devices, bw, lat, message", [
