@@ -28,8 +28,22 @@ _OPTIONAL = ("colocation", "flops", "phase")
 _GRAPH_FIELDS = ("format", "version", "name", "nodes", "edges")
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (``json`` would silently keep the last value)."""
+
+
+def _object_without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(f"key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
 def read_json_file(path: str | os.PathLike) -> Any:
-    """Parse a ``.json`` or ``.json.gz`` file; errors name the file."""
+    """Parse a ``.json`` or ``.json.gz`` file; errors name the file. A key given twice in one object
+    (say a node's device in a placement) is an error, not the last value silently winning."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
@@ -38,9 +52,11 @@ def read_json_file(path: str | os.PathLike) -> Any:
     try:
         if path.name.endswith(".gz"):
             with gzip.open(path, "rt", encoding="utf-8") as f:
-                return json.load(f)
+                return json.load(f, object_pairs_hook=_object_without_duplicate_keys)
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=_object_without_duplicate_keys)
+    except DuplicateKeyError as exc:
+        raise ValueError(f"{str(path)!r}: {exc}") from None
     except (gzip.BadGzipFile, EOFError) as exc:
         raise ValueError(f"{str(path)!r} is not a complete gzip file: {exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

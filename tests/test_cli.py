@@ -81,6 +81,9 @@ def test_placement_file_errors_name_the_node(tmp_path, capsys):
     (tmp_path / "p.json").write_text(json.dumps({first: 0, "no-such-op": 1}))
     assert run_cli(lambda: env_main(["simulate", "--placement", str(tmp_path / "p.json")])) == 2
     assert "node 'no-such-op' is not in graph 'cifar10/0'" in capsys.readouterr().err
+    (tmp_path / "p.json").write_text(f'{{"{first}": 0, "{first}": 1}}')  # json alone would keep device 1
+    assert run_cli(lambda: env_main(["simulate", "--placement", str(tmp_path / "p.json")])) == 2
+    assert f"p.json': key '{first}' appears twice in one object" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag, path, message", [

@@ -112,6 +112,7 @@ def test_spec_example_file_loads(tmp_path):
     ('{"nodes": [{"id": "5", "op": "x", "cost": 1}, {"id": "b", "op": "x", "cost": 1}], '
      '"edges": [{"src": 5, "dst": "b"}]}', "edge 0 \\(5 -> 'b'\\): 'src' and 'dst' must be node ids"),
     ('{"name": 7, "nodes": [{"id": "a", "op": "x", "cost": 1}]}', "'name' must be a string, got 7"),
+    ('{"nodes": [{"id": "a", "op": "x", "cost": 1, "cost": 2}]}', "key 'cost' appears twice in one object"),
     ('{"nodes": [{"id": "a", "op": "x", "cost": 1}, {"id": "b", "op": "x", "cost": 1}], '
      '"edges": [{"src": "a", "dst": "b"}, {"src": "b", "dst": "a"}]}', "cycle"),
 ])
