@@ -54,11 +54,11 @@ class LayeredDagSpec:
             if not 0.0 <= x <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {x!r}")
         for name in ("fat", "cost_median", "bytes_median", "param_median"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+            if not 0 < getattr(self, name) < np.inf:
+                raise ValueError(f"{name} must be positive and finite, got {getattr(self, name)!r}")
         for name in ("cost_sigma", "bytes_sigma", "param_sigma"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+            if not 0 <= getattr(self, name) < np.inf:
+                raise ValueError(f"{name} must be >= 0 and finite, got {getattr(self, name)!r}")
 
 
 def layered_dag(seed: int = 0, training: bool = True, name: str | None = None, **params) -> ComputationGraph:
@@ -67,6 +67,8 @@ def layered_dag(seed: int = 0, training: bool = True, name: str | None = None, *
     The same seed and parameters always give the same graph.
     """
     spec = LayeredDagSpec(**params)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     rng = np.random.default_rng(seed)
     n = int(spec.num_ops)
     mean_width = max(1.0, spec.fat * np.sqrt(n))
@@ -100,6 +102,10 @@ def layered_dag(seed: int = 0, training: bool = True, name: str | None = None, *
     param_bytes = np.where(has_params,
                            4 * np.maximum(1, np.round(rng.lognormal(np.log(spec.param_median / 4), spec.param_sigma, n))),
                            0)
+    for what, values in (("cost", cost), ("bytes", out_bytes), ("param", param_bytes)):
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"{what}_median={getattr(spec, what + '_median')!r} with {what}_sigma="
+                             f"{getattr(spec, what + '_sigma')!r} draws infinite values; use a smaller sigma")
     op_pick = rng.integers(0, 1 << 30, n)
     nodes = []
     for i in range(n):

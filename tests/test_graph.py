@@ -215,6 +215,14 @@ def test_layered_dag_is_seeded_and_shaped_by_its_parameters():
         layered_dag(0, density=1.5)
     with pytest.raises(ValueError, match="num_ops"):
         layered_dag(0, num_ops=0)
+    with pytest.raises(ValueError, match="param_median must be positive and finite, got inf"):
+        layered_dag(0, param_median=float("inf"))
+    with pytest.raises(ValueError, match="cost_sigma must be >= 0 and finite, got nan"):
+        layered_dag(0, cost_sigma=float("nan"))
+    with pytest.raises(ValueError, match="bytes_sigma=400.0 draws infinite values"):
+        layered_dag(0, num_ops=50, bytes_sigma=400.0)
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1"):
+        layered_dag(-1)
 
 
 @pytest.mark.parametrize("kind, optimum, all_on_first", [("heavy-light", 4.0, 6.0), ("equal", 8.0, 16.0)])
