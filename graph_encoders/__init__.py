@@ -8,6 +8,10 @@ everywhere. :func:`list_encoders` gives the registered names and
 
 from __future__ import annotations
 
+import inspect
+import math
+from numbers import Integral, Real
+
 from .base import GraphEncoder
 from .batch import GraphBatch
 from .fadp_gt import FADPGT
@@ -31,16 +35,35 @@ def list_encoders() -> list[str]:
     return list(ENCODERS)
 
 
+_SMALLEST = {"dense_limit": 0}  # integer options are sizes and counts: >= 1 unless listed here
+
+
+def _check_option(encoder: str, key: str, value: object, annotation: object) -> None:
+    """Refuse an option value of the wrong kind (by the constructor's annotation), naming the option."""
+    kind = getattr(annotation, "__name__", annotation)  # annotations are strings under postponed evaluation
+    if kind == "bool" and not isinstance(value, bool):
+        raise ValueError(f"encoder {encoder!r}: option {key!r} must be true or false, got {value!r}")
+    if kind == "int":
+        smallest = _SMALLEST.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < smallest:
+            raise ValueError(f"encoder {encoder!r}: option {key!r} must be an integer >= {smallest}, got {value!r}")
+    if kind == "float" and (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)):
+        raise ValueError(f"encoder {encoder!r}: option {key!r} must be a finite number, got {value!r}")
+
+
 def build_encoder(name: str, in_dim: int, **kwargs) -> GraphEncoder:
-    """The encoder called ``name`` for node features of width ``in_dim``."""
+    """The encoder called ``name`` for node features of width ``in_dim``; options are checked against the
+    encoder's constructor (name, and kind by its annotation) before it is built."""
     if name not in ENCODERS:
         raise ValueError(f"unknown encoder {name!r}; known: {', '.join(ENCODERS)}")
-    import inspect
-
-    accepted = [p for p in inspect.signature(ENCODERS[name].__init__).parameters if p not in ("self", "in_dim")]
+    parameters = inspect.signature(ENCODERS[name].__init__).parameters
+    accepted = [p for p in parameters if p not in ("self", "in_dim")]
     unknown = [k for k in kwargs if k not in accepted]
     if unknown:
         raise ValueError(f"encoder {name!r} has no option {unknown[0]!r}; its options: {', '.join(accepted)}")
+    _check_option(name, "in_dim", in_dim, "int")
+    for key, value in kwargs.items():
+        _check_option(name, key, value, parameters[key].annotation)
     return ENCODERS[name](in_dim, **kwargs)
 
 

@@ -7,6 +7,12 @@ from torch import Tensor, nn
 from .batch import GraphBatch
 
 
+def check_heads(hidden_dim: int, heads: int) -> None:
+    """Multi-head attention splits ``hidden_dim`` into ``heads`` equal parts: refuse a split that is not exact."""
+    if hidden_dim % heads:
+        raise ValueError(f"hidden size {hidden_dim} is not divisible by {heads} heads")
+
+
 class GraphEncoder(nn.Module):
     """Maps a :class:`GraphBatch` to per-node embeddings and a pooled graph vector.
 

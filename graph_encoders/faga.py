@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .base import check_heads
 from .modulated_attention import modulated_attention
 from .pooling import zero_padding
 
@@ -59,8 +60,7 @@ class FAGALayer(nn.Module):
     def __init__(self, dim: int, heads: int = 4, use_adjacency: bool = True, use_low: bool = True,
                  use_high: bool = True) -> None:
         super().__init__()
-        if dim % heads:
-            raise ValueError(f"hidden size {dim} is not divisible by {heads} heads")
+        check_heads(dim, heads)
         self.dim, self.heads = dim, heads
         self.use_adjacency, self.use_low, self.use_high = use_adjacency, use_low, use_high
         self.q = nn.Linear(dim, dim)

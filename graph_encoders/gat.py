@@ -4,6 +4,7 @@ with ``heads`` heads of width ``hidden_dim / heads``, concatenated."""
 from torch import nn
 from torch_geometric.nn import GATConv
 
+from .base import check_heads
 from .message_passing import MessagePassingEncoder
 
 
@@ -11,8 +12,7 @@ class GAT(MessagePassingEncoder):
     name = "gat"
 
     def __init__(self, in_dim: int, hidden_dim: int = 64, num_layers: int = 2, heads: int = 4) -> None:
-        if hidden_dim % heads:
-            raise ValueError(f"hidden size {hidden_dim} is not divisible by {heads} heads")
+        check_heads(hidden_dim, heads)
         self.heads = heads
         super().__init__(in_dim, hidden_dim, num_layers)
 

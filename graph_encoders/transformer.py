@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .base import GraphEncoder
+from .base import GraphEncoder, check_heads
 from .batch import GraphBatch
 from .pooling import masked_mean, zero_padding
 
@@ -18,6 +18,7 @@ from .pooling import masked_mean, zero_padding
 class TransformerLayer(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
+        check_heads(dim, heads)  # nn.MultiheadAttention would only assert it
         self.attention = nn.MultiheadAttention(dim, heads, batch_first=True)
         self.norm = nn.LayerNorm(dim)
 

@@ -39,6 +39,26 @@ def test_registry_lists_every_encoder_of_the_paper():
         build_encoder("bert", 4)
 
 
+@pytest.mark.parametrize("name, options, message", [
+    ("gcn", {"hidden_dim": 0}, "encoder 'gcn': option 'hidden_dim' must be an integer >= 1, got 0"),
+    ("fadp-gt", {"num_layers": -1}, "option 'num_layers' must be an integer >= 1, got -1"),
+    ("gat", {"heads": 0}, "option 'heads' must be an integer >= 1, got 0"),
+    ("fadp-gt", {"tau": float("nan")}, "option 'tau' must be a finite number, got nan"),
+    ("fadp-gt", {"use_low": 0}, "option 'use_low' must be true or false, got 0"),
+    ("transformer", {"heads": 3}, "hidden size 16 is not divisible by 3 heads"),  # torch would only assert
+    ("fadp-gt", {"heads": 3}, "hidden size 16 is not divisible by 3 heads"),
+    ("gcn", {"depth": 2}, "encoder 'gcn' has no option 'depth'"),
+])
+def test_bad_options_are_named(name, options, message):
+    with pytest.raises(ValueError, match=message):
+        build_encoder(name, 8, **{"hidden_dim": 16, **options})
+
+
+def test_numpy_integers_and_an_integer_tau_are_accepted():
+    encoder = build_encoder("fadp-gt", np.int64(8), hidden_dim=np.int64(16), tau=1, dense_limit=0)
+    assert encoder.in_dim == 8 and encoder.out_dim == 16
+
+
 @pytest.mark.parametrize("name", list(ENCODERS))
 def test_output_shapes_and_zero_padding(name):
     n = max(unit_graph(G1).num_units, unit_graph(G2).num_units)
