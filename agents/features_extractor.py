@@ -47,6 +47,10 @@ class FeatureLayout:
 
 def observation_sizes(space: gym.spaces.Dict) -> tuple[int, int, int]:
     """``(max_nodes, node feature width F, max_devices)`` of a placement observation space."""
+    needed = ("embedding", "gpu_onehot", "node_mask")
+    if not isinstance(space, gym.spaces.Dict) or any(key not in space.spaces for key in needed):
+        raise ValueError("the placement policies need the observation space of DevicePlacement-v0 (a Dict with "
+                         f"{', '.join(needed)}, ...), got {space}")
     n = int(space["node_mask"].n)
     f = int(space["embedding"].shape[-1] if len(space["embedding"].shape) == 2 else space["embedding"].shape[0] // n)
     return n, f, int(space["gpu_onehot"].n)

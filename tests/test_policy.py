@@ -167,3 +167,8 @@ def test_stay_prior_moves_about_the_expected_number_of_units():
     assert torch.allclose(stay[1, :10], torch.full((10,), 1 - 2 / 10))
     plain, z, g = NodeDeviceHead(d, devices), torch.randn(b, n, d), torch.randn(b, d)
     assert torch.equal(plain(z, g, gpu, mask, current), plain(z, g, gpu, mask))  # off by default: no prior
+
+
+def test_a_policy_on_another_environment_says_what_it_needs():
+    with pytest.raises(ValueError, match="need the observation space of DevicePlacement-v0"):
+        PPO(PlacementPolicy, "CartPole-v1")
