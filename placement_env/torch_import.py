@@ -99,10 +99,18 @@ def _trace(module: nn.Module, example_inputs: tuple) -> tuple[torch.fx.GraphModu
         try:
             return torch.fx.symbolic_trace(module), "torch.fx"
         except Exception as fx_error:  # noqa: BLE001
-            first = lambda e: (str(e).strip().splitlines() or [type(e).__name__])[0]  # noqa: E731
             raise ValueError(f"cannot trace module {type(module).__name__}{_user_frame(module, fx_error)}: "
-                             f"torch.export failed ({type(export_error).__name__}: {first(export_error)}); "
-                             f"torch.fx failed ({type(fx_error).__name__}: {first(fx_error)})") from None
+                             f"torch.export failed ({type(export_error).__name__}: {_first_line(export_error)}); "
+                             f"torch.fx failed ({type(fx_error).__name__}: {_first_line(fx_error)})") from None
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _describe_inputs(inputs: tuple) -> str:
+    return ", ".join(f"tensor{list(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+                     for x in inputs) or "none"
 
 
 @contextlib.contextmanager
@@ -223,17 +231,25 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
     """
     if device_kind not in ROOFLINE_DEVICES:
         raise ValueError(f"unknown device kind {device_kind!r}; known: {', '.join(ROOFLINE_DEVICES)}")
+    if profile and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if isinstance(example_inputs, (str, bytes)):
+        raise ValueError(f"example_inputs must be a tensor or a sequence of inputs, got {example_inputs!r}")
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     gm, _ = _trace(module, inputs)
     recorder = _Recorder(gm, profile, repeats)
-    with torch.no_grad():
-        if profile:
-            recorder.run(*inputs)
-        else:  # shapes, bytes and FLOPs need no arithmetic: run on fake tensors (no memory, no compute)
-            from torch._subclasses.fake_tensor import FakeTensorMode
+    try:
+        with torch.no_grad(), _quiet_torch_logs():  # a failing fake-tensor op logs a traceback of torch's own
+            if profile:
+                recorder.run(*inputs)
+            else:  # shapes, bytes and FLOPs need no arithmetic: run on fake tensors (no memory, no compute)
+                from torch._subclasses.fake_tensor import FakeTensorMode
 
-            with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-                recorder.run(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs])
+                with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+                    recorder.run(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs])
+    except Exception as error:  # noqa: BLE001 - whatever the module raised on these inputs
+        raise ValueError(f"module {type(module).__name__} does not run on example inputs "
+                         f"({_describe_inputs(inputs)}): {type(error).__name__}: {_first_line(error)}") from None
     roof = ROOFLINE_DEVICES[device_kind]
 
     params = {}

@@ -139,3 +139,18 @@ def test_a_failed_trace_prints_nothing_but_its_error(capfd):
         from_torch(DataDependent(), torch.randn(3))
     captured = capfd.readouterr()
     assert captured.err == "" and captured.out == ""
+
+
+@pytest.mark.parametrize("profile", [False, True])
+def test_inputs_the_module_cannot_run_on_are_one_error_and_no_log(capfd, profile):
+    mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    with pytest.raises(ValueError, match=r"module Sequential does not run on example inputs \(tensor\[2, 5\]\): "
+                                         "RuntimeError: "):
+        from_torch(mlp, torch.randn(2, 5), profile=profile)
+    assert capfd.readouterr().err == ""  # fake tensors log torch's own traceback unless silenced
+    with pytest.raises(ValueError, match=r"example inputs \(none\)"):
+        from_torch(mlp, ())
+    with pytest.raises(ValueError, match="example_inputs must be a tensor or a sequence of inputs, got 'x'"):
+        from_torch(mlp, "x")
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1, got 0"):
+        from_torch(mlp, torch.randn(2, 4), profile=True, repeats=0)
