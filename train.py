@@ -122,6 +122,19 @@ def check_args(args: argparse.Namespace) -> None:
     build_encoder(args.encoder, 8, **encoder_options(args))  # an unknown option fails now, with its name
 
 
+def check_resumed_policy(args: argparse.Namespace, encoder: str, options: dict | None,
+                         expected_moves: float | None) -> None:
+    """``--resume`` continues the saved policy: refuse a command line that asks for another one (its
+    results would be labelled with the encoder asked for, not the one trained)."""
+    saved = {"encoder": encoder, "encoder options": options or {}, "expected moves": float(expected_moves or 0)}
+    asked = {"encoder": args.encoder, "encoder options": encoder_options(args),
+             "expected moves": float(args.expected_moves)}  # 0: no stay prior, saved as None
+    for key, value in asked.items():
+        if saved[key] != value:
+            raise ValueError(f"--resume: the checkpoint in {args.out!r} has {key} {saved[key]!r}, the command line "
+                             f"asks for {value!r}; give the same settings, or another --out")
+
+
 def encoder_options(args: argparse.Namespace) -> dict:
     """``--encoder-option KEY=VALUE`` as keyword arguments (values read as JSON: numbers, true/false, strings)."""
     options = {"hidden_dim": args.hidden_dim}
@@ -214,6 +227,7 @@ def train_sb3(args, out: Path, tracker: BestTracker, deadline: float, stop: Ctrl
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     from agents import make_sb3
+    from placement_env.cli_common import first_line
 
     env_id = "placement_env:DevicePlacementSequential-v0" if args.algo == "maskable-ppo" \
         else "placement_env:DevicePlacement-v0"
@@ -229,7 +243,13 @@ def train_sb3(args, out: Path, tracker: BestTracker, deadline: float, stop: Ctrl
             from stable_baselines3 import A2C, PPO
 
             Algo = PPO if args.algo == "ppo" else A2C
-        model = Algo.load(checkpoint, env=env, tensorboard_log=tensorboard)
+        try:
+            model = Algo.load(checkpoint, env=env, tensorboard_log=tensorboard)
+        except Exception as error:  # noqa: BLE001 - a corrupt zip, another algorithm's or graph's checkpoint
+            raise ValueError(f"--resume: cannot load {str(checkpoint)!r} as a {args.algo} model for this graph "
+                             f"and encoder ({type(error).__name__}: {first_line(error)})") from None
+        saved = model.policy_kwargs
+        check_resumed_policy(args, saved.get("encoder"), saved.get("encoder_kwargs"), saved.get("expected_moves"))
     else:
         n_steps = min(128, max(8, args.timesteps // args.n_envs))
         hyper = {"n_steps": n_steps, "batch_size": min(64, n_steps * args.n_envs), "n_epochs": 4} \
@@ -269,7 +289,10 @@ def train_reinforce_run(args, out: Path, tracker: BestTracker, deadline: float, 
                              learning_rate=args.learning_rate, epsilon=args.epsilon, episodes=args.episodes,
                              seed=args.seed)
     checkpoint = out / "checkpoint.pt"
-    network = load_network(checkpoint)[0] if args.resume and checkpoint.exists() else None
+    network = None
+    if args.resume and checkpoint.exists():
+        network, saved, _ = load_network(checkpoint)
+        check_resumed_policy(args, saved.encoder, saved.encoder_kwargs, saved.expected_moves)
     steps = [0]
 
     def on_episode(record: dict) -> bool:
@@ -394,7 +417,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     tracker = BestTracker()
     if args.resume and (out / "tracker.json").exists():
-        tracker.load(json.loads((out / "tracker.json").read_text()))
+        try:
+            tracker.load(json.loads((out / "tracker.json").read_text()))
+        except (ValueError, KeyError, TypeError, IndexError) as error:
+            raise ValueError(f"--resume: {str(out / 'tracker.json')!r} is not a tracker file written by train.py "
+                             f"({type(error).__name__}: {error})") from None
     start = time.perf_counter()
     deadline = start + args.budget_seconds
     tracker.elapsed = lambda: tracker.resumed_seconds + time.perf_counter() - start

@@ -29,7 +29,11 @@ def save_network(network: PlacementNetwork, config: ReinforceConfig, path: str |
 
 
 def load_network(path: str | os.PathLike) -> tuple[PlacementNetwork, ReinforceConfig, gym.spaces.Dict]:
-    data = torch.load(path, weights_only=False)
+    try:
+        data = torch.load(path, weights_only=False)
+    except Exception as error:  # noqa: BLE001 - pickle and zip raise anything on a file that is not a checkpoint
+        raise ValueError(f"{str(path)!r} is not a REINFORCE checkpoint of this project (torch.load: "
+                         f"{type(error).__name__}: {error})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"{str(path)!r} is not a REINFORCE checkpoint of this project")
     config = ReinforceConfig(**data["config"])
@@ -51,12 +55,15 @@ def place_graph(policy, graph, num_devices: int | None = None, cluster=None, ste
 
     if isinstance(policy, (str, os.PathLike)):
         path = Path(policy)
-        if not path.exists():
-            raise FileNotFoundError(f"no such checkpoint: {str(path)!r}")
+        if not path.is_file():
+            raise FileNotFoundError(f"no such checkpoint file: {str(path)!r}")
         if path.suffix == ".zip":
             from stable_baselines3 import PPO
 
-            policy = PPO.load(path)
+            try:
+                policy = PPO.load(path)
+            except Exception as error:  # noqa: BLE001 - zipfile / pickle errors on a file that is not a model
+                raise ValueError(f"{str(path)!r} is not a stable-baselines3 PPO model: {error}") from None
         else:
             policy, _, _ = load_network(path)
     if isinstance(policy, PlacementNetwork):

@@ -44,6 +44,11 @@ def check_output_paths(file: str | None = None, folder: str | None = None) -> No
         raise ValueError(f"{folder!r} is a file, not a folder")
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message (torch's run to pages), or its type's name if it has none."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 def os_error_message(exc: OSError) -> str:
     """``'out.json': Is a directory`` rather than ``[Errno 21] Is a directory: 'out.json'``."""
     if exc.filename is not None and exc.strerror:

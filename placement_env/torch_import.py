@@ -46,6 +46,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
+from .cli_common import first_line
 from .graph import ComputationGraph, Edge, Node
 from .training_graph import to_training_graph
 
@@ -100,12 +101,8 @@ def _trace(module: nn.Module, example_inputs: tuple) -> tuple[torch.fx.GraphModu
             return torch.fx.symbolic_trace(module), "torch.fx"
         except Exception as fx_error:  # noqa: BLE001
             raise ValueError(f"cannot trace module {type(module).__name__}{_user_frame(module, fx_error)}: "
-                             f"torch.export failed ({type(export_error).__name__}: {_first_line(export_error)}); "
-                             f"torch.fx failed ({type(fx_error).__name__}: {_first_line(fx_error)})") from None
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+                             f"torch.export failed ({type(export_error).__name__}: {first_line(export_error)}); "
+                             f"torch.fx failed ({type(fx_error).__name__}: {first_line(fx_error)})") from None
 
 
 def _describe_inputs(inputs: tuple) -> str:
@@ -249,7 +246,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
                     recorder.run(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs])
     except Exception as error:  # noqa: BLE001 - whatever the module raised on these inputs
         raise ValueError(f"module {type(module).__name__} does not run on example inputs "
-                         f"({_describe_inputs(inputs)}): {type(error).__name__}: {_first_line(error)}") from None
+                         f"({_describe_inputs(inputs)}): {type(error).__name__}: {first_line(error)}") from None
     roof = ROOFLINE_DEVICES[device_kind]
 
     params = {}

@@ -60,6 +60,25 @@ def test_resume_continues_from_the_checkpoint(graph_file, tmp_path):
     second = run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "32", "--resume")
     assert second["steps"] > first["steps"]
     assert second["makespan"] <= first["makespan"]  # the best placement carries over
+    with pytest.raises(ValueError, match="has encoder 'gcn', the command line asks for 'fadp-gt'"):
+        run(graph_file, tmp_path, "--encoder", "fadp-gt", "--timesteps", "48", "--resume")
+    with pytest.raises(ValueError, match="has expected moves 1.0, the command line asks for 0.0"):
+        run(graph_file, tmp_path, "--encoder", "gcn", "--expected-moves", "0", "--timesteps", "48", "--resume")
+    (tmp_path / "tracker.json").write_text("{")
+    with pytest.raises(ValueError, match="tracker.json' is not a tracker file written by train.py"):
+        run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "48", "--resume")
+    (tmp_path / "tracker.json").unlink()
+    (tmp_path / "checkpoint.zip").write_text("not a zip")
+    with pytest.raises(ValueError, match="cannot load .*checkpoint.zip' as a ppo model"):
+        run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "48", "--resume")
+
+
+def test_resuming_reinforce_with_another_encoder_is_refused(graph_file, tmp_path):
+    run(graph_file, tmp_path, "--algo", "reinforce", "--encoder", "gcn", "--episodes", "2")
+    with pytest.raises(ValueError, match="has encoder options {'hidden_dim': 16}, the command line asks for "
+                                         "{'hidden_dim': 8}"):
+        train.main(["--graph", str(graph_file), "--out", str(tmp_path), "--progress", "off", "--algo", "reinforce",
+                    "--encoder", "gcn", "--hidden-dim", "8", "--episodes", "2", "--resume"])
 
 
 @pytest.mark.parametrize("args, message", [
