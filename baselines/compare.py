@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 
@@ -27,6 +28,8 @@ class ComparisonRow:
 
     def to_dict(self, with_placement: bool = False) -> dict:
         d = asdict(self)
+        if d["lb_ratio"] is not None and not math.isfinite(d["lb_ratio"]):
+            d["lb_ratio"] = None  # JSON has no infinity (a zero lower bound: every op costs 0 s)
         if not with_placement:
             d.pop("placement")
         return d
@@ -37,7 +40,6 @@ def compare_placers(graph: ComputationGraph, cluster: Cluster, placers: dict, se
 
     A placer that cannot fit the graph gives a row with ``error`` set instead of numbers.
     """
-    lb = lower_bound(graph, cluster)
     rows = []
     for name, placer in placers.items():
         t0 = time.perf_counter()
@@ -48,7 +50,7 @@ def compare_placers(graph: ComputationGraph, cluster: Cluster, placers: dict, se
             continue
         seconds = time.perf_counter() - t0
         r = simulate(graph, p, cluster)
-        rows.append(ComparisonRow(name, r.makespan, r.makespan / lb, float(np.max(r.peak_memory / cluster.memory)),
+        rows.append(ComparisonRow(name, r.makespan, r.lb_ratio, float(np.max(r.peak_memory / cluster.memory)),
                                   r.oom, seconds, None, [int(x) for x in p]))
     return rows
 

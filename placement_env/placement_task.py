@@ -15,7 +15,7 @@ from .cluster import DEFAULT_KIND, Cluster
 from .features import STATIC_FEATURES, UnitGraph, unit_graph
 from .graph import ComputationGraph
 from .registry import SUITES, load_graph, load_suite
-from .simulator import DEFAULT_PARAM_FACTOR, Simulator, checked_param_factor
+from .simulator import DEFAULT_PARAM_FACTOR, Simulator, checked_param_factor, lb_ratio
 
 INITIAL_PLACEMENTS = ("single", "random", "round_robin")
 
@@ -90,6 +90,8 @@ class PlacementTask:
         biggest = max(u.num_units for u in self.units)
         self.max_nodes = biggest if max_nodes is None else int(max_nodes)
         for g, u in zip(self.graphs, self.units):
+            if not np.any(g.cost > 0):  # every placement without transfers is optimal; rewards relative to 0 s
+                raise ValueError(f"graph {g.name!r}: every op costs 0 s, so there is no step time to learn to reduce")
             if u.num_units > self.max_nodes:
                 raise ValueError(f"graph {g.name!r} has {u.num_units} placement units, more than "
                                  f"max_nodes={self.max_nodes}")
@@ -268,7 +270,7 @@ class Episode:
     def info(self) -> dict:
         lb = self.task.simulator(self.gi).lower_bound
         return {"makespan": self.makespan, "peak_memory": self.peak.copy(), "busy": self.busy.copy(),
-                "oom": self.oom, "lb_ratio": self.makespan / lb, "best_placement": self.best_nodes.copy(),
+                "oom": self.oom, "lb_ratio": lb_ratio(self.makespan, lb), "best_placement": self.best_nodes.copy(),
                 "best_makespan": self.best[1], "best_oom": self.best[0], "graph": self.task.graphs[self.gi].name}
 
     def render(self, mode: str, header: str):

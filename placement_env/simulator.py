@@ -24,6 +24,14 @@ DEFAULT_PARAM_FACTOR = 4.0
 """Static memory per parameter byte when training with Adam: weights, gradients, two moments."""
 
 
+def lb_ratio(makespan: float, lower_bound: float) -> float:
+    """``makespan / lower_bound``; when the bound is 0 (every op costs 0 s), 1.0 for a makespan of 0 (optimal)
+    and ``inf`` for a positive one (transfer time that a zero bound cannot cover)."""
+    if lower_bound > 0:
+        return makespan / lower_bound
+    return 1.0 if makespan == 0 else math.inf
+
+
 def checked_param_factor(value: float) -> float:
     """``value`` as a float, or a ``ValueError`` unless it is a finite number >= 0 (bytes per parameter byte)."""
     if not is_number(value) or not 0.0 <= float(value) < math.inf:
@@ -107,8 +115,8 @@ class SimulationResult:
 
     @property
     def lb_ratio(self) -> float:
-        """``makespan / lower_bound`` (1.0 is optimal)."""
-        return self.makespan / self.lower_bound if self.lower_bound > 0 else float("nan")
+        """``makespan / lower_bound`` (1.0 is optimal); see :func:`lb_ratio`."""
+        return lb_ratio(self.makespan, self.lower_bound)
 
     def to_dict(self) -> dict:
         return {

@@ -178,6 +178,10 @@ def test_bad_arguments_and_actions_are_clear_errors():
         make("DevicePlacement-v0", initial_placement="best")
     with pytest.raises(ValueError, match="reward_scale"):
         make("DevicePlacement-v0", reward_scale="ms")
+    free = placement_env.ComputationGraph([placement_env.Node("a", "add", 0.0), placement_env.Node("b", "add", 0.0)],
+                                          [placement_env.Edge("a", "b")], name="free")
+    with pytest.raises(ValueError, match="graph 'free': every op costs 0 s"):
+        make("DevicePlacement-v0", graph=free)
     senv = make("DevicePlacementSequential-v0", max_devices=4)
     senv.reset(seed=0)
     assert senv.action_masks().tolist() == [True, True, True, False]

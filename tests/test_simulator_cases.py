@@ -116,6 +116,13 @@ def test_zero_cost_ops():
     check_reference(g, [0, 0, 0], c, r)
 
 
+def test_ratio_to_a_zero_lower_bound():
+    g = graph([("a", 0.0, 100), ("b", 0.0, 10)], [("a", "b")])  # every op free: the lower bound is 0
+    together, apart = simulate(g, [0, 0], uniform_cluster(2)), simulate(g, [0, 1], uniform_cluster(2))
+    assert together.lower_bound == 0.0 and together.makespan == 0.0 and together.lb_ratio == 1.0
+    assert apart.makespan == 1.5 and apart.lb_ratio == float("inf")  # the transfer alone: 0.5 + 100 / 100 s
+
+
 def test_out_of_memory_is_flagged_per_device():
     g = graph([("a", 1.0, 100, 1000), ("b", 1.0, 100)], [("a", "b")])
     c = uniform_cluster(2, memory=4000)
