@@ -9,6 +9,7 @@ from gymnasium import spaces
 
 from .cluster import DEFAULT_KIND
 from .env_base import PlacementEnvBase
+from .placement_task import checked_count
 from .simulator import DEFAULT_PARAM_FACTOR
 
 
@@ -91,8 +92,7 @@ class DevicePlacementEnv(PlacementEnvBase):
                  param_factor: float = DEFAULT_PARAM_FACTOR, device_kind: str = DEFAULT_KIND,
                  flatten: bool = True, render_mode: str | None = None,
                  max_edges: int | None = None) -> None:
-        if int(episode_length) < 1:
-            raise ValueError(f"episode_length must be >= 1, got {episode_length!r}")
+        episode_length = checked_count("episode_length", episode_length)
         self._setup(graph, num_devices, cluster, max_nodes, max_devices, reward_scale, memory_penalty,
                     initial_placement, param_factor, device_kind, flatten, render_mode, max_edges)
         self.episode_length = int(episode_length)

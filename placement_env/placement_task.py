@@ -20,6 +20,14 @@ from .simulator import DEFAULT_PARAM_FACTOR, Simulator, checked_param_factor, lb
 INITIAL_PLACEMENTS = ("single", "random", "round_robin")
 
 
+def checked_count(name: str, value: object, smallest: int = 1) -> int:
+    """``value`` as an int, or a ``ValueError`` naming ``name`` unless it is an integer >= ``smallest``
+    (a float such as 2.5 is refused, not truncated)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < smallest:
+        raise ValueError(f"{name} must be an integer >= {smallest}, got {value!r}")
+    return int(value)
+
+
 def initial_placement_names() -> tuple[str, ...]:
     """Every accepted ``initial_placement``: :data:`INITIAL_PLACEMENTS`, then the placers of ``baselines``."""
     from baselines import PLACERS  # the placers build on this package: import on use
@@ -88,7 +96,7 @@ class PlacementTask:
         self.cluster = _resolve_cluster(num_devices, cluster, device_kind)
         self.param_factor = checked_param_factor(param_factor)
         biggest = max(u.num_units for u in self.units)
-        self.max_nodes = biggest if max_nodes is None else int(max_nodes)
+        self.max_nodes = biggest if max_nodes is None else checked_count("max_nodes", max_nodes)
         for g, u in zip(self.graphs, self.units):
             if not np.any(g.cost > 0):  # every placement without transfers is optimal; rewards relative to 0 s
                 raise ValueError(f"graph {g.name!r}: every op costs 0 s, so there is no step time to learn to reduce")
@@ -96,11 +104,11 @@ class PlacementTask:
                 raise ValueError(f"graph {g.name!r} has {u.num_units} placement units, more than "
                                  f"max_nodes={self.max_nodes}")
         m = self.cluster.num_devices
-        self.max_devices = m if max_devices is None else int(max_devices)
+        self.max_devices = m if max_devices is None else checked_count("max_devices", max_devices)
         if m > self.max_devices:
             raise ValueError(f"the cluster has {m} devices, more than max_devices={self.max_devices}")
         most_edges = max(u.num_edges for u in self.units)
-        self.max_edges = max(1, most_edges) if max_edges is None else int(max_edges)
+        self.max_edges = max(1, most_edges) if max_edges is None else checked_count("max_edges", max_edges)
         for g, u in zip(self.graphs, self.units):
             if u.num_edges > self.max_edges:
                 raise ValueError(f"graph {g.name!r} has {u.num_edges} unit edges, more than max_edges={self.max_edges}")

@@ -9,6 +9,7 @@ from gymnasium import spaces
 
 from .cluster import DEFAULT_KIND
 from .env_base import PlacementEnvBase
+from .placement_task import checked_count
 from .simulator import DEFAULT_PARAM_FACTOR
 from .traversal import TRAVERSAL_ORDERS, traversal_order
 
@@ -69,8 +70,7 @@ class DevicePlacementSequentialEnv(PlacementEnvBase):
                  max_edges: int | None = None) -> None:
         if traversal_order not in TRAVERSAL_ORDERS:
             raise ValueError(f"unknown traversal_order {traversal_order!r}; use one of {', '.join(TRAVERSAL_ORDERS)}")
-        if int(passes) < 1:
-            raise ValueError(f"passes must be >= 1, got {passes!r}")
+        passes = checked_count("passes", passes)
         self._setup(graph, num_devices, cluster, max_nodes, max_devices, reward_scale, memory_penalty,
                     initial_placement, param_factor, device_kind, flatten, render_mode, max_edges)
         self.traversal_order = traversal_order

@@ -178,6 +178,15 @@ def test_bad_arguments_and_actions_are_clear_errors():
         make("DevicePlacement-v0", initial_placement="best")
     with pytest.raises(ValueError, match="reward_scale"):
         make("DevicePlacement-v0", reward_scale="ms")
+    for bad in (float("nan"), -1.0, "10"):
+        with pytest.raises(ValueError, match=f"memory_penalty must be a finite number >= 0, got {bad!r}"):
+            make("DevicePlacement-v0", memory_penalty=bad)
+    with pytest.raises(ValueError, match="episode_length must be an integer >= 1, got 2.5"):  # not truncated to 2
+        make("DevicePlacement-v0", episode_length=2.5)
+    with pytest.raises(ValueError, match="max_nodes must be an integer >= 1, got 400.0"):
+        make("DevicePlacement-v0", max_nodes=400.0)
+    with pytest.raises(ValueError, match="passes must be an integer >= 1, got 0"):
+        make("DevicePlacementSequential-v0", passes=0)
     free = placement_env.ComputationGraph([placement_env.Node("a", "add", 0.0), placement_env.Node("b", "add", 0.0)],
                                           [placement_env.Edge("a", "b")], name="free")
     with pytest.raises(ValueError, match="graph 'free': every op costs 0 s"):
