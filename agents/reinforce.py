@@ -18,8 +18,10 @@ its variance; ``baseline_decay=0`` gives the plain estimator.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
+from numbers import Real
 
 import gymnasium as gym
 import numpy as np
@@ -28,6 +30,7 @@ from torch import Tensor, nn
 from torch.distributions import Categorical
 
 from graph_encoders import GraphBatch, build_encoder
+from placement_env.placement_task import checked_count
 
 from .features_extractor import observation_sizes
 from .heads import NodeDeviceHead
@@ -46,6 +49,23 @@ class ReinforceConfig:
     baseline_decay: float = 0.9
     episodes: int = 200
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Refuse a setting that would train on NaN or silently do something else, naming it."""
+        def number(name: str) -> float:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+                raise ValueError(f"ReinforceConfig.{name} must be a finite number, got {value!r}")
+            return float(value)
+
+        for name in ("gamma", "epsilon", "baseline_decay"):
+            if not 0.0 <= number(name) <= 1.0:
+                raise ValueError(f"ReinforceConfig.{name} must be in [0, 1], got {getattr(self, name)!r}")
+        for name in ("learning_rate", "reward_clip"):
+            if not number(name) > 0.0:
+                raise ValueError(f"ReinforceConfig.{name} must be positive, got {getattr(self, name)!r}")
+        for name, smallest in (("head_hidden", 1), ("episodes", 1), ("seed", 0)):
+            checked_count(f"ReinforceConfig.{name}", getattr(self, name), smallest)
 
 
 class PlacementNetwork(nn.Module):

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import inspect
 import math
-from numbers import Integral, Real
+from numbers import Real
+
+from placement_env.placement_task import checked_count
 
 from .base import GraphEncoder
 from .batch import GraphBatch
@@ -44,9 +46,7 @@ def _check_option(encoder: str, key: str, value: object, annotation: object) -> 
     if kind == "bool" and not isinstance(value, bool):
         raise ValueError(f"encoder {encoder!r}: option {key!r} must be true or false, got {value!r}")
     if kind == "int":
-        smallest = _SMALLEST.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, Integral) or value < smallest:
-            raise ValueError(f"encoder {encoder!r}: option {key!r} must be an integer >= {smallest}, got {value!r}")
+        checked_count(f"encoder {encoder!r}: option {key!r}", value, _SMALLEST.get(key, 1))
     if kind == "float" and (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)):
         raise ValueError(f"encoder {encoder!r}: option {key!r} must be a finite number, got {value!r}")
 

@@ -172,3 +172,14 @@ def test_stay_prior_moves_about_the_expected_number_of_units():
 def test_a_policy_on_another_environment_says_what_it_needs():
     with pytest.raises(ValueError, match="need the observation space of DevicePlacement-v0"):
         PPO(PlacementPolicy, "CartPole-v1")
+
+
+@pytest.mark.parametrize("setting, message", [
+    ({"learning_rate": float("nan")}, "ReinforceConfig.learning_rate must be a finite number, got nan"),
+    ({"epsilon": 1.5}, r"ReinforceConfig.epsilon must be in \[0, 1\], got 1.5"),
+    ({"reward_clip": 0.0}, "ReinforceConfig.reward_clip must be positive, got 0.0"),
+    ({"episodes": 2.5}, "ReinforceConfig.episodes must be an integer >= 1, got 2.5"),  # not truncated to 2
+])
+def test_reinforce_settings_are_checked_by_name(setting, message):
+    with pytest.raises(ValueError, match=message):
+        ReinforceConfig(**setting)
