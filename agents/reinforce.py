@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from torch.distributions import Categorical
 
 from graph_encoders import GraphBatch, build_encoder
-from placement_env.placement_task import checked_count
+from placement_env.graph import checked_count
 
 from .features_extractor import observation_sizes
 from .heads import NodeDeviceHead

@@ -12,7 +12,7 @@ import inspect
 import math
 from numbers import Real
 
-from placement_env.placement_task import checked_count
+from placement_env.graph import checked_count
 
 from .base import GraphEncoder
 from .batch import GraphBatch

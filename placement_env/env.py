@@ -9,7 +9,7 @@ from gymnasium import spaces
 
 from .cluster import DEFAULT_KIND
 from .env_base import PlacementEnvBase
-from .placement_task import checked_count
+from .graph import checked_count
 from .simulator import DEFAULT_PARAM_FACTOR
 
 

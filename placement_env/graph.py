@@ -63,6 +63,14 @@ def is_number(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
 
 
+def checked_count(name: str, value: object, smallest: int = 1) -> int:
+    """``value`` as an int, or a ``ValueError`` naming ``name`` unless it is an integer >= ``smallest``
+    (a float such as 2.5 is refused, not truncated)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < smallest:
+        raise ValueError(f"{name} must be an integer >= {smallest}, got {value!r}")
+    return int(value)
+
+
 def _check_number(value: object, what: str) -> float:
     """Return ``value`` as a float, or raise ``ValueError`` naming ``what``."""
     if not is_number(value):

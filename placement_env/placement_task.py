@@ -13,19 +13,11 @@ from gymnasium import spaces
 
 from .cluster import DEFAULT_KIND, Cluster
 from .features import STATIC_FEATURES, UnitGraph, unit_graph
-from .graph import ComputationGraph
+from .graph import ComputationGraph, checked_count
 from .registry import SUITES, load_graph, load_suite
 from .simulator import DEFAULT_PARAM_FACTOR, Simulator, checked_param_factor, lb_ratio
 
 INITIAL_PLACEMENTS = ("single", "random", "round_robin")
-
-
-def checked_count(name: str, value: object, smallest: int = 1) -> int:
-    """``value`` as an int, or a ``ValueError`` naming ``name`` unless it is an integer >= ``smallest``
-    (a float such as 2.5 is refused, not truncated)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < smallest:
-        raise ValueError(f"{name} must be an integer >= {smallest}, got {value!r}")
-    return int(value)
 
 
 def initial_placement_names() -> tuple[str, ...]:

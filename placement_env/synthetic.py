@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cluster import Cluster, Device
-from .graph import ComputationGraph, Edge, Node
+from .graph import ComputationGraph, Edge, Node, checked_count
 from .training_graph import to_training_graph
 
 _OPS_WITH_PARAMS = ("conv2d", "matmul", "embedding", "batch_norm")
@@ -45,10 +45,8 @@ class LayeredDagSpec:
     param_sigma: float = 1.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_ops, (int, np.integer)) or self.num_ops < 1:
-            raise ValueError(f"num_ops must be a positive integer, got {self.num_ops!r}")
-        if not isinstance(self.jump, (int, np.integer)) or self.jump < 1:
-            raise ValueError(f"jump must be an integer >= 1, got {self.jump!r}")
+        checked_count("num_ops", self.num_ops)
+        checked_count("jump", self.jump)
         for name in ("regularity", "density", "param_fraction"):
             x = getattr(self, name)
             if not 0.0 <= x <= 1.0:
@@ -67,8 +65,7 @@ def layered_dag(seed: int = 0, training: bool = True, name: str | None = None, *
     The same seed and parameters always give the same graph.
     """
     spec = LayeredDagSpec(**params)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    checked_count("seed", seed, 0)
     rng = np.random.default_rng(seed)
     n = int(spec.num_ops)
     mean_width = max(1.0, spec.fat * np.sqrt(n))

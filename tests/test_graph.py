@@ -221,7 +221,7 @@ def test_layered_dag_is_seeded_and_shaped_by_its_parameters():
         layered_dag(0, cost_sigma=float("nan"))
     with pytest.raises(ValueError, match="bytes_sigma=400.0 draws infinite values"):
         layered_dag(0, num_ops=50, bytes_sigma=400.0)
-    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1"):
+    with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):
         layered_dag(-1)
 
 
