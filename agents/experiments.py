@@ -49,6 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
+from placement_env.cli_common import check_output_paths
+
 SUITES = ("ptb", "cifar10", "nmt")
 DEVICE_COUNTS = (3, 5, 8)
 # the paper's table-2 order; "transformer" (FADP-GT's backbone without FAGA/DPFR) is this project's extra row
@@ -483,8 +485,10 @@ def main(argv: list[str] | None = None) -> int:
             train_argv(Run("fadp-gt", "default", settings.devices[0], 0), settings, settings.out / "runs")))
     except ValueError as exc:
         parser.error(str(exc))
-    if settings.out.exists() and not settings.out.is_dir():
-        parser.error(f"--out {str(settings.out)!r} is a file, not a folder")
+    try:  # an unwritable --results or --out would otherwise fail after every run has trained
+        check_output_paths(file=None if args.results is None else str(args.results), folder=str(settings.out))
+    except ValueError as exc:
+        parser.error(str(exc))
     settings.out.mkdir(parents=True, exist_ok=True)
     sections: list[str] = []
     for experiment in (EXPERIMENTS if args.experiment == "all" else (args.experiment,)):
