@@ -111,8 +111,12 @@ def check_args(args: argparse.Namespace) -> None:
                          f"{', '.join(initial_placement_names())}")
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise ValueError(f"--out {args.out!r} is a file, not a folder")
+    from placement_env.cli_common import check_output_paths
+
+    try:
+        check_output_paths(folder=args.out)
+    except ValueError as exc:
+        raise ValueError(f"--out {exc}") from None
     if args.expected_moves < 0:
         raise ValueError(f"--expected-moves must be >= 0, got {args.expected_moves}")
     if not 0 <= args.epsilon <= 1:

@@ -18,10 +18,8 @@ its variance; ``baseline_decay=0`` gives the plain estimator.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass, field
-from numbers import Real
 
 import gymnasium as gym
 import numpy as np
@@ -30,7 +28,7 @@ from torch import Tensor, nn
 from torch.distributions import Categorical
 
 from graph_encoders import GraphBatch, build_encoder
-from placement_env.graph import checked_count
+from placement_env.graph import checked_count, checked_finite
 
 from .features_extractor import observation_sizes
 from .heads import NodeDeviceHead
@@ -53,10 +51,7 @@ class ReinforceConfig:
     def __post_init__(self) -> None:
         """Refuse a setting that would train on NaN or silently do something else, naming it."""
         def number(name: str) -> float:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-                raise ValueError(f"ReinforceConfig.{name} must be a finite number, got {value!r}")
-            return float(value)
+            return checked_finite(f"ReinforceConfig.{name}", getattr(self, name))
 
         for name in ("gamma", "epsilon", "baseline_decay"):
             if not 0.0 <= number(name) <= 1.0:

@@ -9,10 +9,8 @@ everywhere. :func:`list_encoders` gives the registered names and
 from __future__ import annotations
 
 import inspect
-import math
-from numbers import Real
 
-from placement_env.graph import checked_count
+from placement_env.graph import checked_count, checked_finite
 
 from .base import GraphEncoder
 from .batch import GraphBatch
@@ -47,8 +45,8 @@ def _check_option(encoder: str, key: str, value: object, annotation: object) -> 
         raise ValueError(f"encoder {encoder!r}: option {key!r} must be true or false, got {value!r}")
     if kind == "int":
         checked_count(f"encoder {encoder!r}: option {key!r}", value, _SMALLEST.get(key, 1))
-    if kind == "float" and (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)):
-        raise ValueError(f"encoder {encoder!r}: option {key!r} must be a finite number, got {value!r}")
+    if kind == "float":
+        checked_finite(f"encoder {encoder!r}: option {key!r}", value)
 
 
 def build_encoder(name: str, in_dim: int, **kwargs) -> GraphEncoder:

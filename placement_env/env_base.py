@@ -7,7 +7,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from .graph import is_number
+from .graph import checked_finite
 from .placement_task import REWARD_SCALES, Episode, PlacementTask
 
 
@@ -27,9 +27,7 @@ class PlacementEnvBase(gym.Env):
         self.task = PlacementTask(graph, num_devices, cluster, max_nodes, max_devices, param_factor, device_kind,
                                   flatten, max_edges)
         self.reward_scale = reward_scale
-        if not is_number(memory_penalty) or not 0 <= memory_penalty < np.inf:
-            raise ValueError(f"memory_penalty must be a finite number >= 0, got {memory_penalty!r}")
-        self.memory_penalty = float(memory_penalty)
+        self.memory_penalty = checked_finite("memory_penalty", memory_penalty, 0.0)
         self.initial_placement = initial_placement
         self.render_mode = render_mode
         self.observation_space = self.task.observation_space()

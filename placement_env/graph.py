@@ -63,6 +63,15 @@ def is_number(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
 
 
+def checked_finite(name: str, value: object, smallest: float | None = None) -> float:
+    """``value`` as a float, or a ``ValueError`` naming ``name`` unless it is a finite number (and at least
+    ``smallest`` when given); a bool, a string or None is not a number."""
+    if not is_number(value) or not math.isfinite(value) or (smallest is not None and value < smallest):
+        bound = "" if smallest is None else f" >= {smallest:g}"
+        raise ValueError(f"{name} must be a finite number{bound}, got {value!r}")
+    return float(value)
+
+
 def checked_count(name: str, value: object, smallest: int = 1) -> int:
     """``value`` as an int, or a ``ValueError`` naming ``name`` unless it is an integer >= ``smallest``
     (a float such as 2.5 is refused, not truncated)."""

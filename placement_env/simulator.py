@@ -17,7 +17,7 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 
 from .cluster import Cluster
-from .graph import ComputationGraph, is_number
+from .graph import ComputationGraph, checked_finite
 from .simulator_kernel import Workspace, sim_batch, sim_core
 
 DEFAULT_PARAM_FACTOR = 4.0
@@ -34,9 +34,7 @@ def lb_ratio(makespan: float, lower_bound: float) -> float:
 
 def checked_param_factor(value: float) -> float:
     """``value`` as a float, or a ``ValueError`` unless it is a finite number >= 0 (bytes per parameter byte)."""
-    if not is_number(value) or not 0.0 <= float(value) < math.inf:
-        raise ValueError(f"param_factor must be a finite number >= 0, got {value!r}")
-    return float(value)
+    return checked_finite("param_factor", value, 0.0)
 
 
 class OpInterval(NamedTuple):
