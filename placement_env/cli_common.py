@@ -50,9 +50,10 @@ def first_line(error: BaseException) -> str:
 
 
 def os_error_message(exc: OSError) -> str:
-    """``'out.json': Is a directory`` rather than ``[Errno 21] Is a directory: 'out.json'``."""
+    """``out.json: Is a directory`` (the file first, as the input validators say it) rather than
+    ``[Errno 21] Is a directory: 'out.json'``."""
     if exc.filename is not None and exc.strerror:
-        return f"{str(exc.filename)!r}: {exc.strerror}"
+        return f"{exc.filename}: {exc.strerror}"
     return str(exc)
 
 

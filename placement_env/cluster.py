@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .graph import is_number
+from .graph import checked_count, is_number
 from .graph_io import read_json_file, write_json_file
 
 CLUSTER_FORMAT = "device-placement-cluster"
@@ -165,7 +165,7 @@ class Cluster:
     @classmethod
     def preset(cls, kind: str = DEFAULT_KIND, num_devices: int = 3) -> "Cluster":
         """``num_devices`` identical devices of a named kind, fully connected (see ``DEVICE_KINDS``)."""
-        return cls.heterogeneous([kind] * _check_count(num_devices))
+        return cls.heterogeneous([kind] * checked_count("the number of devices", num_devices))
 
     @classmethod
     def heterogeneous(cls, kinds: Sequence[str]) -> "Cluster":
@@ -251,8 +251,3 @@ class Cluster:
 
     __hash__ = object.__hash__
 
-
-def _check_count(n: object) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"the number of devices must be a positive integer, got {n!r}")
-    return int(n)

@@ -23,7 +23,7 @@ import heapq
 
 import numpy as np
 
-from .graph import ComputationGraph, Node
+from .graph import ComputationGraph, Node, checked_count
 
 
 class _Units:
@@ -77,8 +77,7 @@ class _Units:
 
 def coarsen(graph: ComputationGraph, max_units: int, name: str | None = None) -> ComputationGraph:
     """``graph`` with its placement units merged down to at most ``max_units`` (see the module docstring)."""
-    if not isinstance(max_units, (int, np.integer)) or max_units < 1:
-        raise ValueError(f"max_units must be a positive integer, got {max_units!r}")
+    checked_count("max_units", max_units)
     units = _Units(graph)
     if units.count > max_units:
         # 1. single successor with a single predecessor (HSDAG)

@@ -56,7 +56,7 @@ def read_json_file(path: str | os.PathLike) -> Any:
         with open(path, encoding="utf-8") as f:
             return json.load(f, object_pairs_hook=_object_without_duplicate_keys)
     except DuplicateKeyError as exc:
-        raise ValueError(f"{str(path)!r}: {exc}") from None
+        raise ValueError(f"{path}: {exc}") from None  # "file: what", as the graph and cluster validators say
     except (gzip.BadGzipFile, EOFError) as exc:
         raise ValueError(f"{str(path)!r} is not a complete gzip file: {exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -61,7 +61,7 @@ def test_simulate_command_text_output_and_cluster_file(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["simulate", "--graph", "missing.json", "--placement", "p.json"], "missing.json"),
     (["simulate", "--graph", "default", "--placement", "missing.json"], "missing.json"),
-    (["simulate", "--graph", "default", "--placement", "{p}", "--devices", "0"], "positive integer"),
+    (["simulate", "--graph", "default", "--placement", "{p}", "--devices", "0"], "integer >= 1"),
     (["simulate", "--graph", "synthetic/1", "--placement", "{p}", "--param-factor", "nan"],
      "param_factor must be a finite number >= 0, got nan"),
 ])
@@ -83,7 +83,7 @@ def test_placement_file_errors_name_the_node(tmp_path, capsys):
     assert "node 'no-such-op' is not in graph 'cifar10/0'" in capsys.readouterr().err
     (tmp_path / "p.json").write_text(f'{{"{first}": 0, "{first}": 1}}')  # json alone would keep device 1
     assert run_cli(lambda: env_main(["simulate", "--placement", str(tmp_path / "p.json")])) == 2
-    assert f"p.json': key '{first}' appears twice in one object" in capsys.readouterr().err
+    assert f"p.json: key '{first}' appears twice in one object" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag, path, message", [

@@ -103,5 +103,5 @@ def test_diagonal_is_ignored_whatever_it_holds():
 def test_bad_preset_arguments():
     with pytest.raises(ValueError, match="unknown device kind 'tpu'"):
         Cluster.preset("tpu", 2)
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match="integer >= 1"):
         Cluster.preset("p100", 0)

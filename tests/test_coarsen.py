@@ -52,6 +52,7 @@ def test_coarsening_a_large_graph_quickly():
     assert c.num_units <= 100
 
 
-def test_bad_target():
-    with pytest.raises(ValueError, match="max_units"):
-        coarsen(layered_dag(0, num_ops=10), 0)
+@pytest.mark.parametrize("max_units", [0, -3, True, 2.0, "4"])
+def test_bad_target(max_units):
+    with pytest.raises(ValueError, match=r"max_units must be an integer >= 1, got "):
+        coarsen(layered_dag(0, num_ops=10), max_units)
