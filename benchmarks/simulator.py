@@ -81,6 +81,23 @@ def best_rates(calls: dict, repeats: int = REPEATS) -> dict:
     return {name: count / best[name] for name, (_, count) in calls.items()}
 
 
+def cpu_description() -> dict:
+    """The processor as Linux names it (``/proc/cpuinfo``): machines sold under one name ("AMD EPYC",
+    2.6 GHz) differ by processor family, and the figures below differ with it."""
+    info = {"name": platform.processor() or platform.machine()}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
+    except OSError:
+        return info
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    info["name"] = fields.get("model name", info["name"])
+    for key, label in (("cpu family", "family"), ("model", "model"), ("cpu MHz", "mhz")):
+        if key in fields:
+            info[label] = fields[key]
+    return info
+
+
 def _batch(graph, placements: np.ndarray, cluster) -> tuple:
     """A timed call: ``simulate_batch`` of all rows, and how many evaluations that is."""
     return functools.partial(simulate_batch, graph, placements, cluster, check=False), len(placements)
@@ -154,15 +171,21 @@ def main() -> None:
                for name in sized + list(CNN_GRAPHS)}
     figures["shipped_graphs"] = shipped
     sized_rates = [shipped[name]["batch_random_evals_per_s"] for name in sized]
+    sized_speedups = [shipped[name]["batch_random_evals_per_s"] / shipped[name]["reference_random_evals_per_s"]
+                      for name in sized]
     figures["sized_training_graphs"] = {
         "ops_range": list(SIZE_RANGE), "graphs": sized, "min": min(sized_rates),
+        "speedup_vs_reference": [min(sized_speedups), max(sized_speedups)],
         "median": float(np.median(sized_rates)), "max": max(sized_rates),
         "at_or_above_target": sum(r >= TARGET for r in sized_rates), "target": TARGET}
     figures["ns_per_op_by_graph_size"] = {ops: 1e9 / rates[key] / ops for ops, key in sizes.items()}
     figures["big_graph"] = {"ops": big.num_nodes, "edges": big.num_edges, "seconds": 1.0 / rates["big"]}
-    figures["machine"] = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                          "python": platform.python_version()}
+    figures["machine"] = {"cpu": cpu_description(), "cores": os.cpu_count(), "python": platform.python_version()}
 
+    cpu = figures["machine"]["cpu"]
+    print(f"machine: {cpu['name']}" + (f" (family {cpu['family']}, model {cpu['model']})" if "family" in cpu else "")
+          + (f", {float(cpu['mhz']):,.0f} MHz" if "mhz" in cpu else "")
+          + f", {figures['machine']['cores']} cores; Python {figures['machine']['python']}")
     g = figures["graph"]
     print(f"graph: {g['name']}, {g['ops']} ops, {g['edges']} edges, {g['units']} units; {args.devices} x p100; "
           f"best of {args.repeats} call{'s' if args.repeats > 1 else ''}")
@@ -177,7 +200,8 @@ def main() -> None:
     z = figures["sized_training_graphs"]
     print(f"shipped training graphs of {SIZE_RANGE[0]:,}-{SIZE_RANGE[1]:,} ops ({len(sized)}): "
           f"min {z['min']:,.0f}, median {z['median']:,.0f}, max {z['max']:,.0f} evaluations/s; "
-          f"{z['at_or_above_target']} of {len(sized)} at or above {TARGET:,}/s")
+          f"{z['at_or_above_target']} of {len(sized)} at or above {TARGET:,}/s; "
+          f"{z['speedup_vs_reference'][0]:.0f}-{z['speedup_vs_reference'][1]:.0f}x heapq")
     for ops, ns in figures["ns_per_op_by_graph_size"].items():
         print(f"time per op, {ops:>5}-op graph, random placements: {ns:6.0f} ns")
     b = figures["big_graph"]
