@@ -82,8 +82,8 @@ def best_rates(calls: dict, repeats: int = REPEATS) -> dict:
 
 
 def cpu_description() -> dict:
-    """The processor as Linux names it (``/proc/cpuinfo``): machines sold under one name ("AMD EPYC",
-    2.6 GHz) differ by processor family, and the figures below differ with it."""
+    """The processor as Linux names it (``/proc/cpuinfo``): the project's machines are not all one
+    processor (AMD EPYC of two families, Intel Xeon), and the figures below differ with it."""
     info = {"name": platform.processor() or platform.machine()}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:

@@ -7,8 +7,8 @@ topological-index tie-break. The semantics are those of
 semantics written as a literal priority-queue simulation, and the tests hold
 the two to identical results.
 
-How the loop stays cheap (0.09 to 0.11 us per op on a training graph with four
-edges per op, 0.05 to 0.08 us with two, on this project's 2-core machines,
+How the loop stays cheap (0.09 to 0.14 us per op on a training graph with four
+edges per op, 0.05 to 0.11 us with two, on this project's 2-core machines,
 depending on which processor a machine has; ``benchmarks/simulator.py`` prints
 the figures):
 
