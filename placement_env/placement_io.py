@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -39,6 +40,24 @@ def read_placement(path: str | os.PathLike, graph: ComputationGraph) -> np.ndarr
     return placement_from_json(read_json_file(path), graph, source=str(path))
 
 
-def write_placement(placement, path: str | os.PathLike) -> None:
-    """Write a placement as a JSON list of device indices in node order."""
-    write_json_file([int(x) for x in np.asarray(placement).tolist()], path)
+def write_placement(placement: Sequence[int] | np.ndarray, path: str | os.PathLike) -> None:
+    """Write a placement (a device index per node, in node order) as a JSON list.
+
+    Raises:
+        ValueError: when ``placement`` is not a 1-D sequence of non-negative
+            integers (integral floats such as ``2.0`` are accepted), naming the
+            first bad entry; nothing is written then.
+    """
+    if isinstance(placement, (str, bytes, os.PathLike)) or not isinstance(placement, Iterable):
+        raise ValueError(f"placement must be a sequence of device indices, got {type(placement).__name__} "
+                         f"{placement!r} (the arguments are placement, then path)")
+    if isinstance(placement, np.ndarray) and placement.ndim != 1:
+        raise ValueError(f"placement must be a 1-D sequence of device indices, got shape {placement.shape}")
+    devices = []
+    for i, v in enumerate(placement.tolist() if isinstance(placement, np.ndarray) else placement):
+        if isinstance(v, (np.integer, np.floating)):
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < 0:
+            raise ValueError(f"placement entry {i} must be a non-negative integer device index, got {v!r}")
+        devices.append(int(v))
+    write_json_file(devices, path)

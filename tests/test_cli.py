@@ -5,10 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from baselines.__main__ import main as baselines_main
-from placement_env import Cluster, load_graph, simulate, write_placement
+from placement_env import Cluster, load_graph, read_placement, simulate, write_placement
 from placement_env.__main__ import main as env_main
 from placement_env.cli_common import run_cli
 
@@ -71,6 +72,33 @@ def test_simulate_command_bad_input_is_one_line_and_exit_2(tmp_path, capsys, arg
     assert run_cli(lambda: env_main(argv)) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and message in err and "\n" not in err
+
+
+def test_write_placement_round_trips_through_read_placement(tmp_path):
+    g = load_graph("default")
+    placement = np.array([i % 3 for i in g.unit_of])  # a numpy array, as the placers return
+    write_placement(placement, tmp_path / "p.json")
+    assert json.loads((tmp_path / "p.json").read_text()) == placement.tolist()
+    assert read_placement(tmp_path / "p.json", g).tolist() == placement.tolist()
+    write_placement([np.int32(1), 2.0, np.float32(0)], tmp_path / "q.json")
+    assert json.loads((tmp_path / "q.json").read_text()) == [1, 2, 0]
+
+
+@pytest.mark.parametrize("placement, message", [
+    ("p.json", "got str 'p.json' (the arguments are placement, then path)"),
+    (3, "got int 3"),
+    (np.zeros((2, 2), np.int64), "got shape (2, 2)"),
+    ([0, 1.5], "entry 1 must be a non-negative integer device index, got 1.5"),
+    ([0, -1], "entry 1 must be a non-negative integer device index, got -1"),
+    ([0, float("nan")], "got nan"),
+    ([True, 0], "entry 0 must be a non-negative integer device index, got True"),
+    ([0, [1]], "entry 1 must be a non-negative integer device index, got [1]"),
+])
+def test_write_placement_refuses_what_is_not_a_device_list(tmp_path, placement, message):
+    with pytest.raises(ValueError) as err:
+        write_placement(placement, tmp_path / "p.json")
+    assert message in str(err.value)
+    assert not (tmp_path / "p.json").exists()
 
 
 def test_placement_file_errors_name_the_node(tmp_path, capsys):
