@@ -14,6 +14,7 @@ import numpy as np
 
 from placement_env import Cluster, ComputationGraph
 from placement_env.features import unit_graph
+from placement_env.graph import checked_instance
 from placement_env.simulator import DEFAULT_PARAM_FACTOR
 
 GB = 1e9
@@ -37,6 +38,8 @@ class MemoryBudget:
     """
 
     def __init__(self, graph: ComputationGraph, cluster: Cluster, param_factor: float = DEFAULT_PARAM_FACTOR):
+        checked_instance("graph", graph, ComputationGraph)
+        checked_instance("cluster", cluster, Cluster)
         self.demand = unit_demand(graph, param_factor)
         self.free = cluster.memory.astype(np.float64).copy()
         self.names = graph.unit_names()

@@ -80,6 +80,14 @@ def checked_count(name: str, value: object, smallest: int = 1) -> int:
     return int(value)
 
 
+def checked_instance(name: str, value: object, kind: type) -> object:
+    """``value`` if it is a ``kind``, else a ``TypeError`` naming ``name`` and what came instead (most often
+    arguments given in another order)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
 def _check_number(value: object, what: str) -> float:
     """Return ``value`` as a float, or raise ``ValueError`` naming ``what``."""
     if not is_number(value):

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .graph import ComputationGraph, Edge, Node
+from .graph import ComputationGraph, Edge, Node, checked_instance
 
 GRAPH_FORMAT = "device-placement-graph"
 GRAPH_VERSION = 1
@@ -78,6 +78,7 @@ def write_json_file(obj: Any, path: str | os.PathLike) -> None:
 
 def graph_to_dict(graph: ComputationGraph) -> dict:
     """The interchange-format dictionary of ``graph``."""
+    checked_instance("graph", graph, ComputationGraph)
     nodes = []
     for node in graph.nodes:
         d = {"id": node.id, "op": node.op, "cost": node.cost, "output_bytes": node.output_bytes,

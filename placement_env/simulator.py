@@ -17,7 +17,7 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 
 from .cluster import Cluster
-from .graph import ComputationGraph, checked_finite
+from .graph import ComputationGraph, checked_finite, checked_instance
 from .simulator_kernel import Workspace, sim_batch, sim_core
 
 DEFAULT_PARAM_FACTOR = 4.0
@@ -183,14 +183,19 @@ def check_placement(graph: ComputationGraph, placement, cluster: Cluster, check_
     """Validate a device-per-node placement and return it as an int64 array.
 
     Raises:
-        ValueError: for a wrong length, a non-integer entry, a device outside
-            the cluster (naming the node), or a split colocation group.
+        TypeError: when ``graph`` or ``cluster`` is something else.
+        ValueError: for a placement that is not one-dimensional, a wrong length,
+            a non-integer entry, a device outside the cluster (naming the node),
+            or a split colocation group.
     """
+    checked_instance("graph", graph, ComputationGraph)
+    checked_instance("cluster", cluster, Cluster)
     p = np.asarray(placement)
     n = graph.num_nodes
-    if p.ndim != 1 or p.shape[0] != n:
-        raise ValueError(f"placement has {p.shape[0] if p.ndim == 1 else p.shape} entries, "
-                         f"graph {graph.name!r} has {n} nodes")
+    if p.ndim != 1:
+        raise ValueError(f"placement must be a 1-D sequence of device indices, one per node, got shape {p.shape}")
+    if p.shape[0] != n:
+        raise ValueError(f"placement has {p.shape[0]} entries, graph {graph.name!r} has {n} nodes")
     if p.dtype.kind not in "iu":
         if p.dtype.kind == "f" and np.all(np.isfinite(p)) and np.all(p == np.round(p)):
             p = p.astype(np.int64)
@@ -225,8 +230,8 @@ class Simulator:
     """
 
     def __init__(self, graph: ComputationGraph, cluster: Cluster, param_factor: float = DEFAULT_PARAM_FACTOR):
-        self.graph = graph
-        self.cluster = cluster
+        self.graph = checked_instance("graph", graph, ComputationGraph)
+        self.cluster = checked_instance("cluster", cluster, Cluster)
         self.param_factor = checked_param_factor(param_factor)
         self._prep = _prepare(graph)
         self._ws = Workspace(graph.num_nodes, graph.num_edges, cluster.num_devices)
@@ -310,7 +315,7 @@ def simulate_batch(graph: ComputationGraph, placements, cluster: Cluster,
 
 def critical_path(graph: ComputationGraph) -> float:
     """Longest path through the graph by ``cost`` (seconds on the reference device)."""
-    return _prepare(graph).critical_path
+    return _prepare(checked_instance("graph", graph, ComputationGraph)).critical_path
 
 
 def _critical_path(graph: ComputationGraph) -> float:
@@ -329,4 +334,5 @@ def _critical_path(graph: ComputationGraph) -> float:
 
 def lower_bound(graph: ComputationGraph, cluster: Cluster) -> float:
     """``max(critical path / max speed, total cost / total speed)`` in seconds (spec section 4)."""
+    checked_instance("cluster", cluster, Cluster)
     return max(critical_path(graph) / float(cluster.speed.max()), graph.total_cost / float(cluster.speed.sum()))

@@ -108,3 +108,15 @@ def test_local_search_drives_an_out_of_memory_placement_back_under_capacity():
 def test_unknown_placer():
     with pytest.raises(ValueError, match="unknown placer 'magic'"):
         place("magic", GRAPHS["small"], Cluster.preset())
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda g, c, p: place("heft", c, g), "graph must be a ComputationGraph, got Cluster"),
+    (lambda g, c, p: PLACERS["metis"](g, 2), "cluster must be a Cluster, got int"),
+    (lambda g, c, p: PLACERS["single"](g, c.to_dict()), "cluster must be a Cluster, got dict"),
+    (lambda g, c, p: refine(g, p, c), "cluster must be a Cluster, got list"),
+])
+def test_arguments_in_another_order_name_what_was_expected(call, message):
+    g = graph([("a", 1.0, 1), ("b", 1.0, 1)], [("a", "b")])
+    with pytest.raises(TypeError, match=message):
+        call(g, uniform_cluster(2), [0, 1])

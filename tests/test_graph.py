@@ -88,6 +88,12 @@ def test_json_and_gzip_round_trip_exactly(tmp_path):
     assert data["format"] == "device-placement-graph" and data["version"] == 1
 
 
+def test_write_graph_with_arguments_in_another_order_names_the_graph_argument(tmp_path):
+    with pytest.raises(TypeError, match="graph must be a ComputationGraph, got PosixPath"):
+        write_graph(tmp_path / "g.json", layered_dag(3, num_ops=10))
+    assert not (tmp_path / "g.json").exists()
+
+
 def test_spec_example_file_loads(tmp_path):
     data = {"format": "device-placement-graph", "version": 1, "name": "resnet50-train",
             "nodes": [{"id": "conv1", "op": "conv2d", "cost": 1.2e-4, "output_bytes": 3211264,

@@ -7,7 +7,7 @@ transfer takes 0.5 + 1 = 1.5 s; devices of speed 1; no parameters.
 import numpy as np
 import pytest
 
-from placement_env import simulate, simulate_batch
+from placement_env import lower_bound, simulate, simulate_batch
 from placement_env.simulator_reference import simulate_reference
 
 from helpers import graph, uniform_cluster
@@ -164,11 +164,28 @@ def test_batch_matches_single_on_hand_cases():
     ([0, 1, 3], "placed on device 3"),
     ([0, -1, 0], "placed on device -1"),
     ([0, 0.5, 0], "not a device index"),
+    ([[0, 1, 0]], r"1-D sequence of device indices, one per node, got shape \(1, 3\)"),
+    (0, r"got shape \(\)"),
 ])
 def test_bad_placements_are_rejected(placement, message):
     g = graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b")])
     with pytest.raises(ValueError, match=message):
         simulate(g, placement, uniform_cluster(3))
+
+
+def test_arguments_in_another_order_name_what_was_expected():
+    """simulate(graph, placement, cluster) and lower_bound say which argument is wrong, not an AttributeError deep inside."""
+    g = graph([("a", 1.0, 1), ("b", 1.0, 1)], [("a", "b")])
+    c, p = uniform_cluster(2), [0, 1]
+    cases = [
+        (lambda: simulate(g, c, p), "cluster must be a Cluster, got list"),
+        (lambda: simulate(p, g, c), "graph must be a ComputationGraph, got list"),
+        (lambda: simulate_batch(g, c, [p]), "cluster must be a Cluster, got list"),
+        (lambda: lower_bound(c, g), "cluster must be a Cluster, got ComputationGraph"),
+    ]
+    for call, message in cases:
+        with pytest.raises(TypeError, match=message):
+            call()
 
 
 @pytest.mark.parametrize("check", [True, False])
