@@ -170,6 +170,9 @@ class Cluster:
     @classmethod
     def heterogeneous(cls, kinds: Sequence[str]) -> "Cluster":
         """One device per named kind; a link runs at the slower of its two ends' link figures."""
+        if isinstance(kinds, str):
+            raise ValueError(f"kinds must be a list of device kinds, one per device, got the string {kinds!r} "
+                             f"(for M devices of one kind: Cluster.preset({kinds!r}, M))")
         if not kinds:
             raise ValueError("a cluster needs at least one device")
         specs = []

@@ -23,7 +23,7 @@ import heapq
 
 import numpy as np
 
-from .graph import ComputationGraph, Node, checked_count
+from .graph import ComputationGraph, Node, checked_count, checked_instance
 
 
 class _Units:
@@ -77,6 +77,7 @@ class _Units:
 
 def coarsen(graph: ComputationGraph, max_units: int, name: str | None = None) -> ComputationGraph:
     """``graph`` with its placement units merged down to at most ``max_units`` (see the module docstring)."""
+    checked_instance("graph", graph, ComputationGraph)
     checked_count("max_units", max_units)
     units = _Units(graph)
     if units.count > max_units:

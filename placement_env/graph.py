@@ -374,6 +374,9 @@ class ComputationGraph:
 
         Node ids become strings; ``output_bytes`` and ``param_bytes`` default to 0.
         """
+        import networkx as nx
+
+        checked_instance("g", g, nx.DiGraph)
         nodes = []
         for nid, attrs in g.nodes(data=True):
             if "cost" not in attrs:
@@ -404,9 +407,16 @@ class ComputationGraph:
         ]
 
     def __eq__(self, other: object) -> bool:
+        """Same name, same nodes in the same order, same edges in any order (networkx lists edges by source)."""
         if not isinstance(other, ComputationGraph):
             return NotImplemented
-        return self.name == other.name and self.nodes == other.nodes and self.edges() == other.edges()
+        if self.name != other.name or self.nodes != other.nodes or self.num_edges != other.num_edges:
+            return False
+        mine = np.lexsort((self.edge_dst, self.edge_src))
+        theirs = np.lexsort((other.edge_dst, other.edge_src))
+        return all(np.array_equal(a[mine], b[theirs]) for a, b in
+                   ((self.edge_src, other.edge_src), (self.edge_dst, other.edge_dst),
+                    (self.edge_bytes, other.edge_bytes)))
 
     __hash__ = object.__hash__
 

@@ -20,7 +20,7 @@ the agent places is "an op and its gradient".
 
 from __future__ import annotations
 
-from .graph import ComputationGraph, Edge, Node
+from .graph import ComputationGraph, Edge, Node, checked_instance
 
 BACKWARD_COST_WITH_PARAMS = 2.0
 BACKWARD_COST_NO_PARAMS = 1.0
@@ -29,6 +29,7 @@ GRAD_SUFFIX = "_grad"
 
 def to_training_graph(forward: ComputationGraph, name: str | None = None) -> ComputationGraph:
     """The training graph of a forward graph (forward ops first, then backward ops in reverse order)."""
+    checked_instance("forward", forward, ComputationGraph)
     if any(n.phase in ("backward", "update") for n in forward.nodes):
         bad = next(n for n in forward.nodes if n.phase in ("backward", "update"))
         raise ValueError(f"graph {forward.name!r} is already a training graph (node {bad.id!r} has phase {bad.phase!r})")

@@ -39,6 +39,11 @@ def test_heterogeneous_cluster_links_run_at_the_slower_end():
     assert c.memory[1] == 32 * GIB
 
 
+def test_heterogeneous_refuses_one_string_instead_of_a_list():
+    with pytest.raises(ValueError, match=r"got the string 'p100' \(for M devices of one kind: Cluster.preset\('p100', M\)\)"):
+        Cluster.heterogeneous("p100")
+
+
 def test_json_round_trip(tmp_path):
     c = Cluster.heterogeneous(["k80", "p100", "a100-nvlink"])
     c.to_json(tmp_path / "c.json")

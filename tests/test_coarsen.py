@@ -56,3 +56,8 @@ def test_coarsening_a_large_graph_quickly():
 def test_bad_target(max_units):
     with pytest.raises(ValueError, match=r"max_units must be an integer >= 1, got "):
         coarsen(layered_dag(0, num_ops=10), max_units)
+
+
+def test_a_cluster_given_as_the_graph_is_named():
+    with pytest.raises(TypeError, match="graph must be a ComputationGraph, got Cluster"):
+        coarsen(Cluster.preset("p100", 3), 10)

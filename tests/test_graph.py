@@ -162,6 +162,20 @@ def test_networkx_round_trip():
     assert back.nodes == g.nodes and back.edges() == g.edges()
     with pytest.raises(ValueError, match="no 'cost'"):
         ComputationGraph.from_networkx(nx.DiGraph([(1, 2)]))
+    with pytest.raises(TypeError, match="g must be a DiGraph, got Graph"):
+        ComputationGraph.from_networkx(nx.Graph([("a", "b")]))
+    # networkx lists edges source by source, not in the file's order; the graph is still the same graph
+    ptb = load_graph("ptb/12")
+    again = ComputationGraph.from_networkx(ptb.to_networkx())
+    assert again.edges() != ptb.edges() and again == ptb
+
+
+def test_graph_equality_compares_edges_as_a_set():
+    g = graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b", 7), ("a", "c", 5)])
+    assert graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "c", 5), ("a", "b", 7)]) == g
+    assert graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "c", 5), ("a", "b", 8)]) != g
+    assert graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b", 7), ("b", "c", 5)]) != g
+    assert graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b", 7)]) != g
 
 
 # ------------------------------------------------------------ training graph
@@ -197,6 +211,8 @@ def test_training_graph_keeps_existing_groups_and_refuses_training_graphs():
     assert t.num_units == 1
     with pytest.raises(ValueError, match="already a training graph"):
         to_training_graph(t)
+    with pytest.raises(TypeError, match="forward must be a ComputationGraph, got str"):
+        to_training_graph("resnet50")
 
 
 # ---------------------------------------------------------------- generator
