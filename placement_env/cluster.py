@@ -241,6 +241,11 @@ class Cluster:
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> "Cluster":
         """Read a cluster file (format in the spec)."""
+        if isinstance(path, str) and path in DEVICE_KINDS and not os.path.exists(path):
+            raise FileNotFoundError(
+                f"no such file: {path!r}; {path!r} is a device kind: for N such devices use "
+                f"Cluster.preset({path!r}, N) (--device-kind {path} --devices N on the command line, "
+                f"device_kind={path!r} in the environments)")
         return cls.from_dict(read_json_file(path), source=str(path))
 
     def to_json(self, path: str | os.PathLike) -> None:

@@ -39,6 +39,15 @@ def test_heterogeneous_cluster_links_run_at_the_slower_end():
     assert c.memory[1] == 32 * GIB
 
 
+def test_a_device_kind_given_as_a_cluster_file_points_to_the_preset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"no such file: 'k80'; 'k80' is a device kind: for N such devices "
+                                                r"use Cluster.preset\('k80', N\)"):
+        Cluster.from_json("k80")
+    Cluster.preset("k80", 2).to_json("k80")  # a file of that name is read as usual
+    assert Cluster.from_json("k80") == Cluster.preset("k80", 2)
+
+
 def test_heterogeneous_refuses_one_string_instead_of_a_list():
     with pytest.raises(ValueError, match=r"got the string 'p100' \(for M devices of one kind: Cluster.preset\('p100', M\)\)"):
         Cluster.heterogeneous("p100")

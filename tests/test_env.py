@@ -174,6 +174,8 @@ def test_bad_arguments_and_actions_are_clear_errors():
         gym.make("DevicePlacement-v0", graph="resnet9000")
     with pytest.raises(ValueError, match="more than max_devices=2"):
         make("DevicePlacement-v0", max_devices=2)
+    with pytest.raises(FileNotFoundError, match="'k80' is a device kind: .* device_kind='k80' in the environments"):
+        make("DevicePlacement-v0", cluster="k80")
     with pytest.raises(ValueError, match="unknown initial_placement 'best'"):
         make("DevicePlacement-v0", initial_placement="best")
     with pytest.raises(ValueError, match="reward_scale"):
