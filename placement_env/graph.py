@@ -418,7 +418,24 @@ class ComputationGraph:
                    ((self.edge_src, other.edge_src), (self.edge_dst, other.edge_dst),
                     (self.edge_bytes, other.edge_bytes)))
 
-    __hash__ = object.__hash__
+    def __hash__(self) -> int:
+        """A hash of what ``==`` compares, so that equal graphs hash alike (sets, dict keys).
+
+        Computed once per graph (the node tuple and the edge arrays are read-only) and cached.
+        """
+        cached = self.__dict__.get("_value_hash")
+        if cached is None:
+            order = np.lexsort((self.edge_dst, self.edge_src))
+            edges = (self.edge_src[order].tobytes(), self.edge_dst[order].tobytes(),
+                     (self.edge_bytes[order] + 0.0).tobytes())  # + 0.0: -0.0 becomes 0.0, which it equals
+            cached = self.__dict__["_value_hash"] = hash((self.name, self.nodes, edges))
+        return cached
+
+    def __getstate__(self) -> dict:
+        """Pickled without the cached hash: string hashes differ from one Python process to another."""
+        state = dict(self.__dict__)
+        state.pop("_value_hash", None)
+        return state
 
 
 def _csr(n: int, keys: np.ndarray, vals: np.ndarray, weights: np.ndarray):

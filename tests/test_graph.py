@@ -3,6 +3,10 @@
 import gzip
 import json
 import math
+import os
+import pickle
+import subprocess
+import sys
 
 import networkx as nx
 import numpy as np
@@ -176,6 +180,26 @@ def test_graph_equality_compares_edges_as_a_set():
     assert graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "c", 5), ("a", "b", 8)]) != g
     assert graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b", 7), ("b", "c", 5)]) != g
     assert graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b", 7)]) != g
+
+
+def test_equal_graphs_hash_alike():
+    g = graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b", 7), ("a", "c", 0.0)])
+    same = graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "c", -0.0), ("a", "b", 7)])
+    other = graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b", 8), ("a", "c", 0.0)])
+    assert same == g and hash(same) == hash(g)
+    assert len({g, same, other}) == 2
+    ptb = load_graph("ptb/12")
+    assert hash(ComputationGraph.from_networkx(ptb.to_networkx(), name=ptb.name)) == hash(ptb)
+
+
+def test_a_graph_sent_to_another_process_hashes_as_that_process_computes():
+    # string hashes are salted per process: a hash cached here must not travel with the pickle
+    code = ("import pickle, sys; from placement_env import load_graph; "
+            "g = pickle.loads(sys.stdin.buffer.read()); assert hash(g) == hash(load_graph('ptb/12'))")
+    g = load_graph("ptb/12")
+    hash(g)
+    subprocess.run([sys.executable, "-c", code], input=pickle.dumps(g), check=True,
+                   env={**os.environ, "PYTHONHASHSEED": "random"})
 
 
 # ------------------------------------------------------------ training graph
