@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import time
 
+from machine import machine_line
 from placement_env import layered_dag
 from placement_env.coarsen import coarsen
 
 
 def main() -> None:
+    print(machine_line())
     graph = layered_dag(1, num_ops=5000, density=0.02)
     print(f"{graph.name}: {graph.num_nodes} ops, {graph.num_edges} edges, {graph.num_units} units")
     for target in (2000, 500, 100):

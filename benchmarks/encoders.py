@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+from machine import machine_line
+
 
 def measure(name: str, batch_size: int, threads: int) -> dict:
     import gymnasium as gym
@@ -66,6 +68,7 @@ def main() -> None:
                               "--threads", str(args.threads)], capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     first = rows[0]
+    print(machine_line())
     print(f"batch of {first['batch']} observations, {first['units']}-unit graph, {args.threads} thread(s), "
           f"forward + backward")
     print(f"{'encoder':<12} {'seconds':>8} {'peak MB':>8} {'params':>8}")

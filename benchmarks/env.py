@@ -12,6 +12,7 @@ import time
 import gymnasium as gym
 
 import placement_env  # noqa: F401 - registers the environments
+from machine import machine_line
 from placement_env import layered_dag
 
 
@@ -32,6 +33,7 @@ def steps_per_second(env: gym.Env, seconds: float = 3.0) -> float:
 
 
 def main() -> None:
+    print(machine_line())
     big = layered_dag(0, num_ops=500, name="layered-500")
     for label, graph in (("default graph", "default"), ("500-unit graph", big)):
         for env_id in ("DevicePlacement-v0", "DevicePlacementSequential-v0"):

@@ -33,13 +33,12 @@ import argparse
 import functools
 import gc
 import json
-import os
-import platform
 import time
 
 import numpy as np
 
 from baselines import place
+from machine import machine_line, machine_summary
 from placement_env import Cluster, layered_dag, load_graph, simulate, simulate_batch
 from placement_env.registry import SUITES
 from placement_env.simulator_reference import simulate_reference
@@ -79,23 +78,6 @@ def best_rates(calls: dict, repeats: int = REPEATS) -> dict:
     finally:
         gc.enable()
     return {name: count / best[name] for name, (_, count) in calls.items()}
-
-
-def cpu_description() -> dict:
-    """The processor as Linux names it (``/proc/cpuinfo``): the project's machines are not all one
-    processor (AMD EPYC of two families, Intel Xeon), and the figures below differ with it."""
-    info = {"name": platform.processor() or platform.machine()}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
-    except OSError:
-        return info
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
-    info["name"] = fields.get("model name", info["name"])
-    for key, label in (("cpu family", "family"), ("model", "model"), ("cpu MHz", "mhz")):
-        if key in fields:
-            info[label] = fields[key]
-    return info
 
 
 def _batch(graph, placements: np.ndarray, cluster) -> tuple:
@@ -180,12 +162,9 @@ def main() -> None:
         "speedup_vs_reference": [min(sized_speedups), max(sized_speedups)]}
     figures["ns_per_op_by_graph_size"] = {ops: 1e9 / rates[key] / ops for ops, key in sizes.items()}
     figures["big_graph"] = {"ops": big.num_nodes, "edges": big.num_edges, "seconds": 1.0 / rates["big"]}
-    figures["machine"] = {"cpu": cpu_description(), "cores": os.cpu_count(), "python": platform.python_version()}
+    figures["machine"] = machine_summary()
 
-    cpu = figures["machine"]["cpu"]
-    print(f"machine: {cpu['name']}" + (f" (family {cpu['family']}, model {cpu['model']})" if "family" in cpu else "")
-          + (f", {float(cpu['mhz']):,.0f} MHz" if "mhz" in cpu else "")
-          + f", {figures['machine']['cores']} cores; Python {figures['machine']['python']}")
+    print(machine_line(figures["machine"]))
     g = figures["graph"]
     print(f"graph: {g['name']}, {g['ops']} ops, {g['edges']} edges, {g['units']} units; {args.devices} x p100; "
           f"best of {args.repeats} call{'s' if args.repeats > 1 else ''}")

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
+from machine import machine_line  # noqa: E402
 from placement_env.torch_import import from_torch  # noqa: E402
 from resnet50_model import ResNet50  # noqa: E402
 
@@ -36,6 +37,7 @@ def main() -> None:
         start = time.perf_counter()
         graph = from_torch(model, x, name="resnet50")
         times.append(time.perf_counter() - start)
+    print(machine_line())
     print(f"from_torch(ResNet50, batch {args.batch}, 224x224): {graph.num_nodes} ops, {graph.num_units} units; "
           f"median {statistics.median(times):.2f} s over {args.repeats} runs (target < 10 s), "
           f"{torch.get_num_threads()} torch threads")
