@@ -6,7 +6,7 @@ transfer takes 0.5 + 1 = 1.5 s; devices of speed 1; no parameters.
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from placement_env import lower_bound, simulate, simulate_batch
@@ -253,7 +253,7 @@ def crowded_ready_queue(seed: int, k: int):
     after a chain of ``k`` ops of random costs (some zero) has run, while each chain op readies the next with an
     earlier key; a few ops depend on each other or sit on device 1. Random costs and sizes give ties, zero-length
     ops and orders that the hand-made case does not. With ``k >= 45`` the queue nearly always passes
-    ``RUN_LIMIT`` and becomes a heap (in 37 of 40 seeds when this test was written)."""
+    ``RUN_LIMIT`` and becomes a heap (:func:`most_ops_overtaken` tells)."""
     rng = np.random.default_rng(seed)
     nodes = [("s", 0.0, int(rng.integers(200, 400)) * k)]
     nodes += [(f"y{i}", float(rng.choice([0.0, 0.25, 1.0, 2.0])), int(rng.integers(0, 5))) for i in range(k)]
@@ -266,13 +266,36 @@ def crowded_ready_queue(seed: int, k: int):
     return graph(nodes, edges), placement
 
 
+def most_ops_overtaken(g, p, ref) -> int:
+    """The most waiting ops that one op joining a device's ready queue goes in front of, from the reference's schedule.
+
+    An op joins its device's queue when its last producer ends (its inputs are all booked then), keyed by
+    (ready time, topological index); it goes in front of the ops of its device that joined strictly before
+    and start strictly after, with larger keys. Strict inequalities undercount ties, so a count above
+    ``RUN_LIMIT`` means that the kernel's insertion moved more than ``RUN_LIMIT`` entries: the queue became a heap.
+    """
+    ptr, src, _ = g.predecessors
+    arrival = {(u, b): e for u, _, b, _, _, e in ref["transfers"]}
+    joined, key = {}, {}
+    for v in range(g.num_nodes):
+        inputs = src[ptr[v]:ptr[v + 1]].tolist()
+        joined[v] = max((ref["end"][u] for u in inputs), default=0.0)
+        ready = max((ref["end"][u] if p[u] == p[v] else arrival[(u, p[v])] for u in inputs), default=0.0)
+        key[v] = (ready, int(g.topo_index[v]))
+    return max(sum(1 for w in range(g.num_nodes) if p[w] == p[v] and joined[w] < joined[v]
+                   and ref["start"][w] > joined[v] and key[w] > key[v]) for v in range(g.num_nodes))
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(45, 125))
 def test_crowded_ready_queues_match_the_reference(seed, k):
+    from placement_env.simulator_kernel import RUN_LIMIT
+
     g, p = crowded_ready_queue(seed, k)
     c = uniform_cluster(2)
-    r = simulate(g, p, c)
     ref = simulate_reference(g, p, c)
+    assume(most_ops_overtaken(g, p, ref) > RUN_LIMIT)  # the few seeds whose queue stays a sorted run test nothing new
+    r = simulate(g, p, c)
     assert r.makespan == ref["makespan"]
     assert list(r.schedule.op_start) == ref["start"]
     assert list(r.peak_memory) == ref["peak_memory"]
