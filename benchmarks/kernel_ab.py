@@ -44,6 +44,8 @@ def load_variant(path: str):
     folder, file = os.path.split(os.path.abspath(path))
     if not file.endswith(".py"):
         raise SystemExit(f"error: {path!r} is not a .py file")
+    if file[:-3] in sys.modules:
+        raise SystemExit(f"error: a module named {file[:-3]!r} is already imported; rename {path!r}")
     sys.path.insert(0, folder)
     try:
         return importlib.import_module(file[:-3])
