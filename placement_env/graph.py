@@ -412,11 +412,14 @@ class ComputationGraph:
             return NotImplemented
         if self.name != other.name or self.nodes != other.nodes or self.num_edges != other.num_edges:
             return False
-        mine = np.lexsort((self.edge_dst, self.edge_src))
-        theirs = np.lexsort((other.edge_dst, other.edge_src))
-        return all(np.array_equal(a[mine], b[theirs]) for a, b in
-                   ((self.edge_src, other.edge_src), (self.edge_dst, other.edge_dst),
-                    (self.edge_bytes, other.edge_bytes)))
+        return all(np.array_equal(a, b) for a, b in zip(self._edge_set, other._edge_set))
+
+    @cached_property
+    def _edge_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(src, dst, bytes)`` sorted by (src, dst): the edges as a set, for ``==`` and ``hash``
+        (``-0.0`` bytes become ``0.0``, which they equal)."""
+        order = np.lexsort((self.edge_dst, self.edge_src))
+        return self.edge_src[order], self.edge_dst[order], self.edge_bytes[order] + 0.0
 
     def __hash__(self) -> int:
         """A hash of what ``==`` compares, so that equal graphs hash alike (sets, dict keys).
@@ -425,16 +428,16 @@ class ComputationGraph:
         """
         cached = self.__dict__.get("_value_hash")
         if cached is None:
-            order = np.lexsort((self.edge_dst, self.edge_src))
-            edges = (self.edge_src[order].tobytes(), self.edge_dst[order].tobytes(),
-                     (self.edge_bytes[order] + 0.0).tobytes())  # + 0.0: -0.0 becomes 0.0, which it equals
+            edges = tuple(a.tobytes() for a in self._edge_set)
             cached = self.__dict__["_value_hash"] = hash((self.name, self.nodes, edges))
         return cached
 
     def __getstate__(self) -> dict:
-        """Pickled without the cached hash: string hashes differ from one Python process to another."""
+        """Pickled without the cached hash (string hashes differ from one Python process to another) and
+        without the sorted edge copy it was computed from (recomputed on demand)."""
         state = dict(self.__dict__)
         state.pop("_value_hash", None)
+        state.pop("_edge_set", None)
         return state
 
 
