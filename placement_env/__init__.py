@@ -10,7 +10,7 @@ from .cluster import DEVICE_KINDS, Cluster, Device
 from .coarsen import coarsen
 from .graph import ComputationGraph, Edge, Node
 from .graph_io import read_graph, write_graph
-from .placement_io import read_placement, write_placement
+from .placement_io import placement_from_json, read_placement, write_placement
 from .registry import DEFAULT_GRAPH, SUITES, list_graphs, load_graph, load_suite
 from .simulator import (
     BatchResult,
@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_GRAPH", "DEVICE_KINDS", "BatchResult", "coarsen", "DevicePlacementEnv", "DevicePlacementSequentialEnv", "Cluster", "ComputationGraph", "Device", "Edge", "Node",
     "Schedule", "SimulationResult", "Simulator", "check_placement", "critical_path", "layered_dag", "list_graphs",
     "two_chains",
-    "load_graph", "load_suite", "SUITES", "lower_bound", "read_graph", "read_placement", "simulate", "simulate_batch",
+    "load_graph", "load_suite", "SUITES", "lower_bound", "placement_from_json", "read_graph", "read_placement",
+    "simulate", "simulate_batch",
     "from_torch", "to_training_graph", "unflatten_observation", "write_graph", "write_placement",
 ]

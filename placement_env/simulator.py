@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
@@ -179,6 +180,13 @@ def _build_prepared(graph: ComputationGraph) -> _Prepared:
                      iptr, in_slot, _critical_path(graph))
 
 
+def _is_device_index(x) -> bool:
+    """An int (not a bool) or an integral finite float: what a placement entry may be."""
+    if isinstance(x, bool):
+        return False
+    return isinstance(x, int) or (isinstance(x, float) and math.isfinite(x) and x.is_integer())
+
+
 def check_placement(graph: ComputationGraph, placement, cluster: Cluster, check_colocation: bool = True) -> np.ndarray:
     """Validate a device-per-node placement and return it as an int64 array.
 
@@ -190,25 +198,31 @@ def check_placement(graph: ComputationGraph, placement, cluster: Cluster, check_
     """
     checked_instance("graph", graph, ComputationGraph)
     checked_instance("cluster", cluster, Cluster)
+    if isinstance(placement, Mapping):
+        raise ValueError("placement must be a device index per node, in node order, got a mapping; "
+                         "convert a {node id: device} mapping with placement_env.placement_from_json(mapping, graph)")
     p = np.asarray(placement)
     n = graph.num_nodes
     if p.ndim != 1:
         raise ValueError(f"placement must be a 1-D sequence of device indices, one per node, got shape {p.shape}")
     if p.shape[0] != n:
         raise ValueError(f"placement has {p.shape[0]} entries, graph {graph.name!r} has {n} nodes")
-    if p.dtype.kind not in "iu":
-        if p.dtype.kind == "f" and np.all(np.isfinite(p)) and np.all(p == np.round(p)):
-            p = p.astype(np.int64)
-        else:
-            bad = next(i for i, x in enumerate(p.tolist()) if not (isinstance(x, (int, float)) and float(x).is_integer()))
-            raise ValueError(f"placement entry for node {graph.nodes[bad].id!r} is not a device index: {p[bad]!r}")
-    p = p.astype(np.int64, copy=False)
+    if p.dtype.kind == "f" and np.all(np.isfinite(p)) and np.all(p == np.round(p)):
+        pass  # integral floats (2.0) are device indices: range-checked as floats below
+    elif p.dtype.kind not in "iu":  # bools, strings, None, fractions are not
+        entries = p.tolist()
+        bad = next((i for i, x in enumerate(entries) if not _is_device_index(x)), None)
+        if bad is not None:
+            raise ValueError(f"placement entry for node {graph.nodes[bad].id!r} is not a device index: {entries[bad]!r}")
+        p = np.array([int(x) if -2**63 <= x < 2**63 else -1 for x in entries], np.int64)  # -1: out of range
     m = cluster.num_devices
     bad = np.nonzero((p < 0) | (p >= m))[0]
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"node {graph.nodes[i].id!r} is placed on device {int(p[i])}, "
+        device = int(np.asarray(placement).tolist()[i])  # as given: p may hold -1 for an out-of-range int
+        raise ValueError(f"node {graph.nodes[i].id!r} is placed on device {device}, "
                          f"but the cluster has devices 0..{m - 1}")
+    p = p.astype(np.int64, copy=False)
     if check_colocation:
         unit_dev = graph.unit_placement(p)
         split = np.nonzero(unit_dev[graph.unit_of] != p)[0]
@@ -219,6 +233,14 @@ def check_placement(graph: ComputationGraph, placement, cluster: Cluster, check_
             raise ValueError(f"colocation group {group!r} is split: node {first.id!r} on device "
                              f"{int(unit_dev[graph.unit_of[i]])}, node {graph.nodes[i].id!r} on device {int(p[i])}")
     return p
+
+
+def _checked_row(graph: ComputationGraph, row: np.ndarray, cluster: Cluster, i: int) -> np.ndarray:
+    """:func:`check_placement` of row ``i`` of a batch; its errors say which row."""
+    try:
+        return check_placement(graph, row, cluster)
+    except ValueError as error:
+        raise ValueError(f"placements row {i}: {error}") from None
 
 
 class Simulator:
@@ -276,7 +298,8 @@ class Simulator:
             raise ValueError(f"placements must be a B x N array with N = {graph.num_nodes} nodes "
                              f"(graph {graph.name!r}), got shape {P.shape}")
         if check:
-            P = np.stack([check_placement(graph, row, c) for row in P]) if P.shape[0] else P.astype(np.int64)
+            rows = [_checked_row(graph, row, c, i) for i, row in enumerate(P)]
+            P = np.stack(rows) if rows else P.astype(np.int64)
         b, m = P.shape[0], c.num_devices
         out_mk, out_peak, out_busy = np.zeros(b), np.zeros((b, m)), np.zeros((b, m))
         sim_batch(*self._kernel_args(), np.ascontiguousarray(P, dtype=np.int64), self._prep.order,

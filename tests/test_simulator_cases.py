@@ -168,6 +168,15 @@ def test_batch_matches_single_on_hand_cases():
     ([0, 0.5, 0], "not a device index"),
     ([[0, 1, 0]], r"1-D sequence of device indices, one per node, got shape \(1, 3\)"),
     (0, r"got shape \(\)"),
+    (np.zeros(3, bool), "entry for node 'a' is not a device index: False"),
+    ([True, False, True], "entry for node 'a' is not a device index: True"),
+    ([0, 0, None], "entry for node 'c' is not a device index: None"),
+    (["0", "0", "0"], "entry for node 'a' is not a device index: '0'"),
+    ([0, float("nan"), 0], "entry for node 'b' is not a device index: nan"),
+    ([0, 2**70, 0], f"node 'b' is placed on device {2**70}, but"),
+    (np.array([0, 2**63 + 5, 0], np.uint64), f"node 'b' is placed on device {2**63 + 5}, but"),
+    ([0, 1e30, 0], "node 'b' is placed on device 1000000000000000019884624838656, but"),
+    ({"a": 0, "b": 0, "c": 0}, "got a mapping; convert .* with placement_env.placement_from_json"),
 ])
 def test_bad_placements_are_rejected(placement, message):
     g = graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b")])
@@ -196,6 +205,14 @@ def test_batch_of_the_wrong_shape_is_rejected_even_unchecked(shape, check):
     g = graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b")])
     with pytest.raises(ValueError, match=r"B x N array with N = 3 nodes"):
         simulate_batch(g, np.zeros(shape, np.int64), uniform_cluster(3), check=check)
+
+
+def test_integral_floats_are_device_indices_and_a_bad_batch_row_is_named():
+    g = graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b")])
+    c = uniform_cluster(3)
+    assert simulate(g, np.array([0.0, 1.0, 2.0], np.float32), c).makespan == simulate(g, [0, 1, 2], c).makespan
+    with pytest.raises(ValueError, match=r"^placements row 2: node 'c' is placed on device 3, but"):
+        simulate_batch(g, [[0, 0, 0], [1, 1, 1], [0, 1, 3]], c)
 
 
 def test_split_colocation_group_is_rejected():
