@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="REINFORCE: probability of drawing a unit's device uniformly instead of from the policy")
     p.add_argument("--checkpoint-every", type=int, default=2048, help="steps between checkpoints (SB3)")
     p.add_argument("--out", default="runs/latest", help="output folder (default runs/latest)")
-    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out (without one: a new policy, with a notice)")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar (auto: when the output is a terminal)")
     return p
@@ -420,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tracker = BestTracker()
+    checkpoint = out / ("checkpoint.pt" if args.algo == "reinforce" else "checkpoint.zip")
+    if args.resume and not checkpoint.exists():  # a first run of a job that is always started with --resume
+        print(f"--resume: no checkpoint {str(checkpoint)!r} yet; starting a new policy", file=sys.stderr)
     if args.resume and (out / "tracker.json").exists():
         try:
             tracker.load(json.loads((out / "tracker.json").read_text()))

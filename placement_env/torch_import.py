@@ -136,7 +136,8 @@ def _user_frame(module: nn.Module, error: BaseException) -> str:
     if not frames:
         return ""
     frame = frames[-1]
-    return f" at {frame.filename}:{frame.lineno} (`{(frame.line or '').strip()}`)"
+    code = (frame.line or "").strip()  # empty when the source is not on disk (standard input)
+    return f" at {frame.filename}:{frame.lineno}" + (f" (`{code}`)" if code else "")
 
 
 def _op_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:

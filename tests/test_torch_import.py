@@ -1,5 +1,9 @@
 """from_torch: tracing PyTorch models into computation graphs."""
 
+import inspect
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -126,12 +130,21 @@ def test_training_graph_simulates_and_profiling_measures():
 
 
 def test_untraceable_module_names_the_module_and_the_reasons():
-    with pytest.raises(ValueError, match="cannot trace module DataDependent at .*test_torch_import.py:57 "
+    line = inspect.getsourcelines(DataDependent.forward)[1] + 1  # the `if`
+    with pytest.raises(ValueError, match=f"cannot trace module DataDependent at .*test_torch_import.py:{line} "
                                          r"\(`if x.sum\(\) > 0:`\): torch.export failed .*torch.fx failed "
                                          ".*control flow"):
         from_torch(DataDependent(), torch.randn(3))
     with pytest.raises(ValueError, match="unknown device kind 'tpu'"):
         from_torch(nn.Linear(2, 2), torch.randn(1, 2), device_kind="tpu")
+
+
+def test_a_module_typed_in_on_standard_input_is_named_without_empty_code():
+    script = ("import torch\nfrom placement_env import from_torch\n"
+              "class Typed(torch.nn.Module):\n    def forward(self, x):\n        return x * 2 if x.sum() > 0 else x\n"
+              "try:\n    from_torch(Typed(), torch.randn(3))\nexcept ValueError as e:\n    print(str(e)[:60])\n")
+    out = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("cannot trace module Typed at <stdin>:5: torch.export failed"), out.stdout + out.stderr
 
 
 def test_a_failed_trace_prints_nothing_but_its_error(capfd):

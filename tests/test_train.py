@@ -73,6 +73,14 @@ def test_resume_continues_from_the_checkpoint(graph_file, tmp_path):
         run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "48", "--resume")
 
 
+def test_resume_without_a_checkpoint_says_it_starts_a_new_policy(graph_file, tmp_path, capsys):
+    results = run(graph_file, tmp_path / "fresh", "--encoder", "gcn", "--timesteps", "16", "--resume")
+    assert f"--resume: no checkpoint {str(tmp_path / 'fresh' / 'checkpoint.zip')!r} yet" in capsys.readouterr().err
+    assert results["steps"] >= 16
+    run(graph_file, tmp_path / "fresh", "--encoder", "gcn", "--timesteps", "32", "--resume")
+    assert "no checkpoint" not in capsys.readouterr().err
+
+
 def test_resuming_reinforce_with_another_encoder_is_refused(graph_file, tmp_path):
     run(graph_file, tmp_path, "--algo", "reinforce", "--encoder", "gcn", "--episodes", "2")
     with pytest.raises(ValueError, match="has encoder options {'hidden_dim': 16}, the command line asks for "
