@@ -178,8 +178,12 @@ class PlacementTask:
         bad = np.nonzero(~ok)[0]
         if bad.size:
             u = int(bad[0])
+            value = values[u].item()
+            if isinstance(value, float) and not value.is_integer():  # NaN, inf, 1.5
+                raise ValueError(f"action puts unit {self.units[gi].names[u]!r} (index {u}) on {value!r}, "
+                                 f"which is not a device index (an integer in 0..{m - 1})")
             raise ValueError(f"action puts unit {self.units[gi].names[u]!r} (index {u}) on device "
-                             f"{values[u].item()!r}, but the cluster has devices 0..{m - 1}")
+                             f"{value!r}, but the cluster has devices 0..{m - 1}")
         return values.astype(np.int64)
 
     def evaluate(self, gi: int, unit_devices: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:

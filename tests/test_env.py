@@ -161,11 +161,16 @@ def test_bad_arguments_and_actions_are_clear_errors():
         env.step(action)
     with pytest.raises(ValueError, match="action must have shape"):
         env.step(np.zeros(3, np.int64))
-    for value, shown in ((np.nan, "nan"), (1.5, "1.5"), (-1.0, "-1.0")):  # no silent cast to a device
+    for value, shown in ((np.nan, "nan"), (1.5, "1.5"), (np.inf, "inf")):  # no silent cast to a device
         action = np.zeros(env.task.max_nodes)
         action[1] = value
-        with pytest.raises(ValueError, match=rf"\(index 1\) on device {shown}, but the cluster has devices 0..2"):
+        with pytest.raises(ValueError, match=rf"\(index 1\) on {shown}, which is not a device index \(an integer "
+                                             r"in 0..2\)"):
             env.step(action)
+    action = np.zeros(env.task.max_nodes)
+    action[1] = -1.0
+    with pytest.raises(ValueError, match=r"\(index 1\) on device -1.0, but the cluster has devices 0..2"):
+        env.step(action)
     with pytest.raises(ValueError, match="an action holds device indices"):
         env.step(np.full(env.task.max_nodes, "0"))
     with pytest.raises(ValueError, match="more than max_nodes=5"):
@@ -199,7 +204,7 @@ def test_bad_arguments_and_actions_are_clear_errors():
     with pytest.raises(ValueError, match="on device 3"):
         senv.step(3)
     for value in (np.nan, 0.5):
-        with pytest.raises(ValueError, match=f"on device {value}, but"):
+        with pytest.raises(ValueError, match=f"on {value}, which is not a device index"):
             senv.step(value)
     with pytest.raises(ValueError, match="action must be one device index"):
         senv.step([0, 1])
