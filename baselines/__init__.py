@@ -2,7 +2,9 @@
 
 Every placer honours colocation (it decides per placement unit) and the
 memory budgets of :mod:`baselines.memory`; one that cannot fit the graph
-raises :class:`PlacementInfeasibleError` saying why.
+raises :class:`PlacementInfeasibleError` saying why. The placers of
+:data:`PLACERS` also never return a placement that runs out of memory in the
+simulator (:mod:`baselines.memory_repair`).
 """
 
 from __future__ import annotations
@@ -19,21 +21,24 @@ from .local_search import RefineResult, local_search_from, refine
 from .m_etf import m_etf
 from .m_topo import m_topo
 from .memory import MemoryBudget, PlacementInfeasibleError, unit_demand
+from .memory_repair import repair_memory, within_memory
 from .metis import metis
 from .simple import random_placement, round_robin, single_device
 
 Placer = Callable[[ComputationGraph, Cluster, int], np.ndarray]
 
-PLACERS: dict[str, Placer] = {
-    "single": single_device,
-    "round-robin": round_robin,
-    "random": random_placement,
-    "m-topo": m_topo,
-    "m-etf": m_etf,
-    "heft": heft,
-    "metis": metis,
-    "critical-path": critical_path_first,
-    "local-search": local_search_from(heft),
+PLACERS: dict[str, Placer] = {  # each placement checked, and if need be repaired, by the simulator
+    name: within_memory(placer) for name, placer in {
+        "single": single_device,
+        "round-robin": round_robin,
+        "random": random_placement,
+        "m-topo": m_topo,
+        "m-etf": m_etf,
+        "heft": heft,
+        "metis": metis,
+        "critical-path": critical_path_first,
+        "local-search": local_search_from(heft),
+    }.items()
 }
 
 
@@ -50,4 +55,4 @@ def place(name: str, graph: ComputationGraph, cluster: Cluster, seed: int = 0) -
 
 __all__ = ["PLACERS", "MemoryBudget", "PlacementInfeasibleError", "Placer", "RefineResult", "critical_path_first",
            "heft", "list_placers", "local_search_from", "m_etf", "m_topo", "metis", "place", "random_placement",
-           "refine", "round_robin", "single_device", "unit_demand"]
+           "refine", "repair_memory", "round_robin", "single_device", "unit_demand", "within_memory"]

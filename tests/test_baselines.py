@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from baselines import PLACERS, PlacementInfeasibleError, place, refine, unit_demand
+from baselines import PLACERS, PlacementInfeasibleError, place, refine, repair_memory, unit_demand
 from placement_env import Cluster, layered_dag, load_graph, simulate
 from placement_env.simulator import check_placement
 
@@ -53,12 +53,16 @@ def test_placers_say_when_the_graph_cannot_fit():
     for name in PLACERS:
         with pytest.raises(PlacementInfeasibleError, match="unit 'a'|needs"):
             place(name, g, tiny)
-    # fits on two devices but not on one
+    # fits on two devices (b's copy of a's output: 50 bytes) but not on one
+    g = graph([("a", 1.0, 600), ("b", 1.0, 600)], [("a", "b", 50)])
     two = uniform_cluster(2, memory=700)
     with pytest.raises(PlacementInfeasibleError, match="no single device"):
         place("single", g, two)
     p = place("round-robin", g, two)
     assert sorted(p.tolist()) == [0, 1]
+    g = graph([("a", 1.0, 600), ("b", 1.0, 600)], [("a", "b")])  # a 600-byte copy: 1,200 bytes on b's device
+    with pytest.raises(PlacementInfeasibleError, match="exceeds device 1's memory in the simulator"):
+        place("round-robin", g, two)
 
 
 def test_memory_aware_placers_spread_a_graph_too_big_for_one_device():
@@ -69,6 +73,47 @@ def test_memory_aware_placers_spread_a_graph_too_big_for_one_device():
         p = place(name, g, c)
         used = np.bincount(g.unit_placement(p), weights=unit_demand(g), minlength=3)
         assert np.all(used <= c.memory), name
+
+
+def test_no_placer_returns_a_placement_that_runs_out_of_memory():
+    """On nearly full clusters every placer says the graph does not fit or gives a placement within memory.
+
+    The budgets leave received copies out, so without the simulator's check and repair
+    (baselines.memory_repair) several placers returned out-of-memory placements on these cases.
+    """
+    placed = repaired = 0
+    for seed in range(8):
+        g = layered_dag(seed, num_ops=24)
+        for devices, slack in ((2, 1.05), (3, 1.1), (4, 1.2)):
+            c = uniform_cluster(devices, memory=int(unit_demand(g).sum() * slack / devices))
+            for name, placer in PLACERS.items():
+                try:
+                    p = placer(g, c, 0)
+                except PlacementInfeasibleError:
+                    continue
+                r = simulate(g, p, c)
+                assert not r.oom, (seed, devices, name, r.peak_memory.tolist(), c.memory.tolist())
+                placed += 1
+                raw = placer.__wrapped__(g, c, 0)
+                repaired += not np.array_equal(raw, p)
+                assert np.array_equal(raw, p) == (not simulate(g, raw, c).oom)  # changed only if out of memory
+    assert placed >= 100 and repaired >= 10, (placed, repaired)  # of 8 x 3 x 9 = 216
+
+
+def test_memory_repair_moves_a_unit_off_the_full_device_or_says_which_device_is_full():
+    c = uniform_cluster(2, memory=150)
+    # a's output (100 bytes) lives until b ends: 200 bytes on device 0; moving a or b fixes it, a is tried first
+    g = graph([("a", 1.0, 100), ("b", 1.0, 100), ("c", 1.0, 10)], [("a", "b", 10)])
+    assert simulate(g, [0, 0, 1], c).oom
+    assert repair_memory(g, c, [0, 0, 1]).tolist() == [1, 0, 1]
+    assert repair_memory(g, c, [1, 0, 1]).tolist() == [1, 0, 1]  # within memory: unchanged
+    # a's copy (100 bytes) and b's output on b's device, or a's and b's outputs on one device: 200 either way
+    g = graph([("a", 1.0, 100), ("b", 1.0, 100)], [("a", "b")])
+    with pytest.raises(PlacementInfeasibleError, match=r"exceeds device 1's memory in the simulator \(peak 200 bytes, "
+                                                        r"memory 150 bytes\) and no move"):
+        repair_memory(g, c, [0, 1])
+    with pytest.raises(PlacementInfeasibleError, match="exceeds device 0's memory"):
+        repair_memory(g, uniform_cluster(1, memory=150), [0, 0])
 
 
 def test_heft_puts_a_chain_on_one_device_and_parallel_chains_apart():
