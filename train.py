@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="REINFORCE: probability of drawing a unit's device uniformly instead of from the policy")
     p.add_argument("--checkpoint-every", type=int, default=2048, help="steps between checkpoints (SB3)")
     p.add_argument("--out", default="runs/latest", help="output folder (default runs/latest)")
-    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out (without one: a new policy, with a notice)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoint in --out (without one: a new policy, with a notice)")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar (auto: when the output is a terminal)")
     return p

@@ -11,8 +11,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
@@ -213,7 +213,8 @@ def check_placement(graph: ComputationGraph, placement, cluster: Cluster, check_
         entries = p.tolist()
         bad = next((i for i, x in enumerate(entries) if not _is_device_index(x)), None)
         if bad is not None:
-            raise ValueError(f"placement entry for node {graph.nodes[bad].id!r} is not a device index: {entries[bad]!r}")
+            raise ValueError(f"placement entry for node {graph.nodes[bad].id!r} is not a device index: "
+                             f"{entries[bad]!r}")
         p = np.array([int(x) if -2**63 <= x < 2**63 else -1 for x in entries], np.int64)  # -1: out of range
     m = cluster.num_devices
     bad = np.nonzero((p < 0) | (p >= m))[0]
