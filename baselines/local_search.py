@@ -20,6 +20,8 @@ import numpy as np
 from placement_env import Cluster, ComputationGraph, Simulator
 from placement_env.simulator import check_placement
 
+from .memory import overflow_bytes
+
 
 @dataclass
 class RefineResult:
@@ -72,8 +74,7 @@ def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
 
 def _score(simulator: Simulator, graph: ComputationGraph, unit_placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     result = simulator.simulate_batch(unit_placements[:, graph.unit_of], check=False)
-    overflow = np.maximum(0.0, result.peak_memory - simulator.cluster.memory[None, :]).sum(axis=1)
-    return result.makespan, overflow
+    return result.makespan, overflow_bytes(result.peak_memory, simulator.cluster)
 
 
 def _other_device_unit(units: np.ndarray, a: int, rng: np.random.Generator) -> int:

@@ -30,6 +30,11 @@ def unit_demand(graph: ComputationGraph, param_factor: float = DEFAULT_PARAM_FAC
     return np.bincount(graph.unit_of, weights=per_node, minlength=graph.num_units)
 
 
+def overflow_bytes(peak: np.ndarray, cluster: Cluster) -> np.ndarray:
+    """Bytes over memory, summed over devices, for each row of ``peak`` (B x M simulated peaks, bytes)."""
+    return np.maximum(0.0, peak - cluster.memory[None, :]).sum(axis=1)
+
+
 class MemoryBudget:
     """Free budgeted bytes per device while a placer assigns units.
 

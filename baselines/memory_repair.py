@@ -28,14 +28,9 @@ import numpy as np
 from placement_env import Cluster, ComputationGraph, Simulator
 from placement_env.simulator import DEFAULT_PARAM_FACTOR, check_placement
 
-from .memory import PlacementInfeasibleError, unit_demand
+from .memory import PlacementInfeasibleError, overflow_bytes, unit_demand
 
 CANDIDATES = 64  # units tried per round: the largest budgets on the device that overflows most
-
-
-def _overflow(peak: np.ndarray, memory: np.ndarray) -> np.ndarray:
-    """Bytes over memory, summed over devices, per row of ``peak`` (B x M)."""
-    return np.maximum(0.0, peak - memory[None, :]).sum(axis=1)
 
 
 def repair_memory(graph: ComputationGraph, cluster: Cluster, placement, candidates: int = CANDIDATES,
@@ -49,7 +44,7 @@ def repair_memory(graph: ComputationGraph, cluster: Cluster, placement, candidat
     simulator = Simulator(graph, cluster, param_factor)
     memory = cluster.memory.astype(np.float64)
     _, peak, _ = simulator.run(p)
-    over = float(_overflow(peak[None, :], memory)[0])
+    over = float(overflow_bytes(peak[None, :], cluster)[0])
     if over == 0.0:
         return p
     units = graph.unit_placement(p)
@@ -63,7 +58,7 @@ def repair_memory(graph: ComputationGraph, cluster: Cluster, placement, candidat
         rows = np.repeat(units[None, :], picked.size * targets.size, axis=0)
         rows[np.arange(rows.shape[0]), np.repeat(picked, targets.size)] = np.tile(targets, picked.size)
         batch = simulator.simulate_batch(rows[:, graph.unit_of], check=False)
-        row_over = _overflow(batch.peak_memory, memory)
+        row_over = overflow_bytes(batch.peak_memory, cluster)
         best = int(np.lexsort((batch.makespan, row_over))[0]) if rows.shape[0] else -1
         if best < 0 or not row_over[best] < over:  # one device, or no move helps
             raise PlacementInfeasibleError(
