@@ -9,7 +9,6 @@ simulator (:mod:`baselines.memory_repair`).
 
 from __future__ import annotations
 
-from typing import Callable
 
 import numpy as np
 
@@ -21,11 +20,9 @@ from .local_search import RefineResult, local_search_from, refine
 from .m_etf import m_etf
 from .m_topo import m_topo
 from .memory import MemoryBudget, PlacementInfeasibleError, unit_demand
-from .memory_repair import repair_memory, within_memory
+from .memory_repair import Placer, repair_memory, within_memory
 from .metis import metis
 from .simple import random_placement, round_robin, single_device
-
-Placer = Callable[[ComputationGraph, Cluster, int], np.ndarray]
 
 PLACERS: dict[str, Placer] = {  # each placement checked, and if need be repaired, by the simulator
     name: within_memory(placer) for name, placer in {

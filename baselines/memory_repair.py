@@ -31,7 +31,7 @@ from placement_env.simulator import DEFAULT_PARAM_FACTOR, check_placement
 
 from .memory import PlacementInfeasibleError, overflow_bytes, unit_demand
 
-PlacerFn = Callable[[ComputationGraph, Cluster, int], np.ndarray]
+Placer = Callable[[ComputationGraph, Cluster, int], np.ndarray]  # (graph, cluster, seed) -> device per node
 CANDIDATES = 64  # units tried per round: the largest budgets on the device that overflows most
 
 
@@ -70,7 +70,7 @@ def repair_memory(graph: ComputationGraph, cluster: Cluster, placement, candidat
     return graph.expand_unit_placement(units)
 
 
-def within_memory(placer: PlacerFn) -> PlacerFn:
+def within_memory(placer: Placer) -> Placer:
     """``placer`` whose placements are checked, and if need be repaired, by :func:`repair_memory`."""
 
     @functools.wraps(placer)
