@@ -9,7 +9,6 @@ simulator (:mod:`baselines.memory_repair`).
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from placement_env import Cluster, ComputationGraph
