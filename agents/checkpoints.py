@@ -44,12 +44,16 @@ def load_network(path: str | os.PathLike) -> tuple[PlacementNetwork, ReinforceCo
 
 
 def place_graph(policy, graph, num_devices: int | None = None, cluster=None, steps: int = 10,
-                initial_placement: str = "single", seed: int = 0) -> tuple[np.ndarray, float]:
+                initial_placement: str = "single", seed: int = 0, coarsen: bool = False) -> tuple[np.ndarray, float]:
     """Place ``graph`` (name, path or object) with a trained policy; returns ``(device per node, makespan s)``.
 
     ``policy``: a checkpoint path (REINFORCE ``.pt`` or a ``.zip`` saved by SB3 PPO), a
     :class:`PlacementNetwork`, or an SB3 model. The environment is padded to
-    the policy's sizes, so the graph may have at most that many units.
+    the policy's sizes, so the graph may have at most that many units and
+    unit edges; with ``coarsen=True`` a larger graph is first coarsened until
+    it fits (:func:`placement_env.coarsen_to_fit`). Coarsening only groups ops,
+    so the placement is still a device per node of ``graph``, and the makespan
+    is ``graph``'s.
     """
     import placement_env  # noqa: F401 - registers the environment
 
@@ -73,6 +77,14 @@ def place_graph(policy, graph, num_devices: int | None = None, cluster=None, ste
         space = policy.observation_space
         act = lambda obs: policy.predict(obs, deterministic=True)[0]  # noqa: E731
     n, e, d = int(space["node_mask"].n), int(space["edge_mask"].n), int(space["gpu_onehot"].n)
+    if coarsen:
+        from placement_env import coarsen_to_fit
+        from placement_env.placement_task import resolve_graphs
+
+        graphs = resolve_graphs(graph)
+        if len(graphs) != 1:
+            raise ValueError(f"coarsen=True places one graph, got {len(graphs)} ({graph!r})")
+        graph = coarsen_to_fit(graphs[0], n, e)
     env = gym.make("DevicePlacement-v0", graph=graph, num_devices=num_devices, cluster=cluster, max_nodes=n,
                    max_edges=e, max_devices=d, episode_length=steps, initial_placement=initial_placement)
     obs, info = env.reset(seed=seed)

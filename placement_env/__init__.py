@@ -7,7 +7,7 @@ OOM flag and the schedule. Semantics: ``shared/spec/simulator.md``.
 """
 
 from .cluster import DEVICE_KINDS, Cluster, Device
-from .coarsen import coarsen
+from .coarsen import coarsen, coarsen_to_fit
 from .graph import ComputationGraph, Edge, Node
 from .graph_io import read_graph, write_graph
 from .placement_io import placement_from_json, read_placement, write_placement
@@ -46,7 +46,7 @@ if "DevicePlacementSequential-v0" not in _gym.registry:
     _gym.register(id="DevicePlacementSequential-v0", entry_point="placement_env.sequential_env:DevicePlacementSequentialEnv")
 
 __all__ = [
-    "DEFAULT_GRAPH", "DEVICE_KINDS", "BatchResult", "coarsen", "DevicePlacementEnv", "DevicePlacementSequentialEnv", "Cluster", "ComputationGraph", "Device", "Edge", "Node",
+    "DEFAULT_GRAPH", "DEVICE_KINDS", "BatchResult", "coarsen", "coarsen_to_fit", "DevicePlacementEnv", "DevicePlacementSequentialEnv", "Cluster", "ComputationGraph", "Device", "Edge", "Node",
     "Schedule", "SimulationResult", "Simulator", "check_placement", "critical_path", "layered_dag", "list_graphs",
     "two_chains",
     "load_graph", "load_suite", "SUITES", "lower_bound", "placement_from_json", "read_graph", "read_placement",

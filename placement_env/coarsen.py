@@ -15,6 +15,9 @@ edges (edges between two non-backward ops; all edges of a forward graph):
 3. if units remain above ``max_units``: a topological order of the units cut
    into ``max_units`` contiguous runs of about equal cost (a contiguous run of
    a topological order is convex, so this cannot create a cycle either).
+
+:func:`coarsen_to_fit` coarsens a graph until it fits a padding of units and
+unit edges, such as a trained policy's.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import heapq
 
 import numpy as np
 
+from .features import unit_graph
 from .graph import ComputationGraph, Node, checked_count, checked_instance
 
 
@@ -117,6 +121,27 @@ def coarsen(graph: ComputationGraph, max_units: int, name: str | None = None) ->
     nodes = [Node(n.id, n.op, n.cost, n.output_bytes, n.param_bytes, groups[units.find(int(graph.unit_of[i]))],
                   n.flops, n.phase) for i, n in enumerate(graph.nodes)]
     return ComputationGraph(nodes, graph.edges(), name=name or f"{graph.name}-coarse{max_units}")
+
+
+def coarsen_to_fit(graph: ComputationGraph, max_units: int, max_unit_edges: int) -> ComputationGraph:
+    """``graph`` if it has at most ``max_units`` units and ``max_unit_edges`` unit edges, else coarsened until it has.
+
+    The padding of a trained policy (its observation space) fixes both
+    limits. Coarsening to ``max_units`` can leave more unit edges than the
+    padding holds, so the unit count is lowered, in proportion to the edges
+    still over, until both fit; a single unit has no unit edges, so this ends.
+    """
+    checked_instance("graph", graph, ComputationGraph)
+    checked_count("max_units", max_units)
+    checked_count("max_unit_edges", max_unit_edges)
+    coarse, target = graph, max_units + 1
+    while True:
+        units = unit_graph(coarse)
+        if units.num_units <= max_units and units.num_edges <= max_unit_edges:
+            return coarse
+        scaled = int(units.num_units * min(1.0, max_unit_edges / max(1, units.num_edges)))
+        target = max(1, min(target - 1, max_units, scaled))
+        coarse = coarsen(graph, target)
 
 
 def _merge_topological_runs(units: _Units, max_units: int) -> None:

@@ -94,7 +94,8 @@ class PlacementTask:
                 raise ValueError(f"graph {g.name!r}: every op costs 0 s, so there is no step time to learn to reduce")
             if u.num_units > self.max_nodes:
                 raise ValueError(f"graph {g.name!r} has {u.num_units} placement units, more than "
-                                 f"max_nodes={self.max_nodes}")
+                                 f"max_nodes={self.max_nodes}; pad more, or coarsen the graph "
+                                 f"(placement_env.coarsen_to_fit)")
         m = self.cluster.num_devices
         self.max_devices = m if max_devices is None else checked_count("max_devices", max_devices)
         if m > self.max_devices:
@@ -103,7 +104,9 @@ class PlacementTask:
         self.max_edges = max(1, most_edges) if max_edges is None else checked_count("max_edges", max_edges)
         for g, u in zip(self.graphs, self.units):
             if u.num_edges > self.max_edges:
-                raise ValueError(f"graph {g.name!r} has {u.num_edges} unit edges, more than max_edges={self.max_edges}")
+                raise ValueError(f"graph {g.name!r} has {u.num_edges} unit edges, more than "
+                                 f"max_edges={self.max_edges}; pad more, or coarsen the graph "
+                                 f"(placement_env.coarsen_to_fit)")
         self.num_features = len(STATIC_FEATURES) + self.max_devices + 1
         self._simulators: dict[int, Simulator] = {}
         self._initial: dict[tuple[int, str], np.ndarray] = {}

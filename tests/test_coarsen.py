@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from placement_env import Cluster, layered_dag, simulate
-from placement_env.coarsen import coarsen
+from placement_env.coarsen import coarsen, coarsen_to_fit
+from placement_env.features import unit_graph
 
 from helpers import graph as hand_graph
 
@@ -61,3 +62,21 @@ def test_bad_target(max_units):
 def test_a_cluster_given_as_the_graph_is_named():
     with pytest.raises(TypeError, match="graph must be a ComputationGraph, got Cluster"):
         coarsen(Cluster.preset("p100", 3), 10)
+
+
+def test_coarsen_to_fit_meets_both_limits_and_leaves_a_fitting_graph_alone():
+    g = layered_dag(2, num_ops=200)  # 400 ops, 200 units
+    units = unit_graph(g)
+    assert coarsen_to_fit(g, units.num_units, units.num_edges) is g
+    # 150 units would fit the unit limit, but not the edge limit: fewer units are needed
+    c = coarsen_to_fit(g, 150, 60)
+    cu = unit_graph(c)
+    assert cu.num_units <= 150 and cu.num_edges <= 60
+    assert unit_graph(coarsen(g, 150)).num_edges > 60
+    assert c.edges() == g.edges() and [n.id for n in c.nodes] == [n.id for n in g.nodes]
+    for members in g.unit_members:  # original groups are kept whole
+        assert len(set(c.unit_of[members].tolist())) == 1
+    one = coarsen_to_fit(g, 3, 1)  # two or three units would have more than one unit edge here
+    assert unit_graph(one).num_units <= 3 and unit_graph(one).num_edges <= 1
+    with pytest.raises(ValueError, match="max_unit_edges must be an integer >= 1, got 0"):
+        coarsen_to_fit(g, 10, 0)

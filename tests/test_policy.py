@@ -142,8 +142,12 @@ def test_place_an_unseen_graph_with_a_saved_policy(tmp_path):
     save_network(net, config, tmp_path / "r.pt", env.observation_space)
     placement, makespan = place_graph(tmp_path / "r.pt", unseen, steps=2)
     assert simulate(unseen, placement, cluster).makespan == makespan
-    with pytest.raises(ValueError, match="more than max_nodes=16"):
-        place_graph(tmp_path / "r.pt", layered_dag(0, num_ops=40))
+    big = layered_dag(0, num_ops=40)
+    with pytest.raises(ValueError, match="more than max_nodes=16; pad more, or coarsen the graph"):
+        place_graph(tmp_path / "r.pt", big)
+    placement, makespan = place_graph(tmp_path / "r.pt", big, steps=2, coarsen=True)
+    check_placement(big, placement, cluster)  # a device per op of the graph given, its own groups whole
+    assert simulate(big, placement, cluster).makespan == makespan
     with pytest.raises(FileNotFoundError):
         place_graph(tmp_path / "missing.pt", unseen)
 
