@@ -17,9 +17,11 @@ every graph's), ``results.json`` (per graph under ``graphs``),
 (SB3 algorithms).
 
 Search time is the wall time of training plus the final simulation of the
-best placement (validation); loading the graph, building the agent and
-running the classical placers for comparison are excluded. ``best_found_seconds``
-in the results is the search time at which the best placement was first seen.
+best placement (validation); loading the graph, building the environments and
+the agent, saving the final checkpoint and running the classical placers for
+comparison are excluded, and a resumed run adds the search time of the runs
+it resumes (``SearchClock``). ``best_found_seconds`` in the results is the
+search time at which the best placement was first seen.
 
 Departure from the spec's policy head, on by default here: ``--expected-moves 1``
 adds the head's stay prior (``agents/heads.py``), so an untrained policy moves
@@ -154,6 +156,36 @@ def encoder_options(args: argparse.Namespace) -> dict:
     return options
 
 
+class SearchClock:
+    """Search seconds: the wall time of training, from its start (environments and agent built) to its end,
+    plus the search seconds of the runs this one resumes. ``--budget-seconds`` bounds this run's training;
+    it is checked after every environment step (every episode for REINFORCE), so an update under way when
+    it runs out is finished first."""
+
+    def __init__(self, budget_seconds: float, resumed_seconds: float = 0.0) -> None:
+        self.budget_seconds = budget_seconds
+        self.resumed_seconds = resumed_seconds
+        self._start: float | None = None
+        self._stop: float | None = None
+
+    def start(self) -> None:
+        self._start = time.perf_counter()
+
+    def stop(self) -> None:
+        self._stop = time.perf_counter()
+
+    def elapsed(self) -> float:
+        """Search seconds so far."""
+        if self._start is None:
+            return self.resumed_seconds
+        end = time.perf_counter() if self._stop is None else self._stop
+        return self.resumed_seconds + end - self._start
+
+    def expired(self) -> bool:
+        """Whether this run's training has used up its budget."""
+        return self._start is not None and time.perf_counter() - self._start >= self.budget_seconds
+
+
 class BestTracker:
     """The best placement of each graph seen in any episode (feasible first), when it was first seen (seconds
     of search), and the learning curve: the best makespans so far, averaged over the graphs seen."""
@@ -162,7 +194,7 @@ class BestTracker:
         self.best: dict[str, tuple[tuple[bool, float], list[int]]] = {}
         self.found_at: dict[str, float] = {}  # graph -> search seconds when its best was first seen
         self.curve: list[tuple[int, float]] = []  # (environment steps, seconds)
-        self.elapsed = lambda: 0.0  # search seconds so far (set by main)
+        self.elapsed = lambda: 0.0  # search seconds so far (set by main: SearchClock.elapsed)
         self.resumed_seconds = 0.0  # search seconds of the runs this one resumes
 
     def update(self, info: dict, steps: int) -> None:
@@ -225,7 +257,7 @@ def ignore_ctrl_c(env):
     return env
 
 
-def train_sb3(args, out: Path, tracker: BestTracker, deadline: float, stop: CtrlC) -> int:
+def train_sb3(args, out: Path, tracker: BestTracker, clock: SearchClock, stop: CtrlC) -> int:
     """Train an SB3 algorithm; returns the number of environment steps taken."""
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -270,20 +302,22 @@ def train_sb3(args, out: Path, tracker: BestTracker, deadline: float, stop: Ctrl
             if self.num_timesteps % args.checkpoint_every < args.n_envs:
                 self.model.save(checkpoint)
                 (out / "tracker.json").write_text(json.dumps(tracker.state()))
-            return time.perf_counter() < deadline and not stop.requested
+            return not clock.expired() and not stop.requested
 
+    clock.start()
     try:
         model.learn(total_timesteps=args.timesteps, callback=Track(), progress_bar=_progress(args),
                     reset_num_timesteps=not (args.resume and checkpoint.exists()), tb_log_name=args.algo)
     except KeyboardInterrupt:  # a second Ctrl-C
         print("interrupted at once: keeping the best placement found so far", file=sys.stderr)
+    clock.stop()
     model.save(checkpoint)
     steps = int(model.num_timesteps)
     env.close()
     return steps
 
 
-def train_reinforce_run(args, out: Path, tracker: BestTracker, deadline: float, stop: CtrlC) -> int:
+def train_reinforce_run(args, out: Path, tracker: BestTracker, clock: SearchClock, stop: CtrlC) -> int:
     import gymnasium as gym
 
     from agents import ReinforceConfig, load_network, save_network, train_reinforce
@@ -303,12 +337,14 @@ def train_reinforce_run(args, out: Path, tracker: BestTracker, deadline: float, 
     def on_episode(record: dict) -> bool:
         steps[0] += args.episode_length
         tracker.update(record, steps[0])
-        return time.perf_counter() < deadline and not stop.requested
+        return not clock.expired() and not stop.requested
 
+    clock.start()
     try:
         network, _ = train_reinforce(env, config, network=network, callback=on_episode)
     except KeyboardInterrupt:  # a second Ctrl-C
         print("interrupted at once: keeping the best placement found so far", file=sys.stderr)
+    clock.stop()
     if network is not None:
         save_network(network, config, checkpoint, env.observation_space)
     return steps[0]
@@ -430,13 +466,12 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, KeyError, TypeError, IndexError) as error:
             raise ValueError(f"--resume: {str(out / 'tracker.json')!r} is not a tracker file written by train.py "
                              f"({type(error).__name__}: {error})") from None
-    start = time.perf_counter()
-    deadline = start + args.budget_seconds
-    tracker.elapsed = lambda: tracker.resumed_seconds + time.perf_counter() - start
+    clock = SearchClock(args.budget_seconds, tracker.resumed_seconds)
+    tracker.elapsed = clock.elapsed
     trainer = train_reinforce_run if args.algo == "reinforce" else train_sb3
     with CtrlC() as stop:
-        steps = trainer(args, out, tracker, deadline, stop)
-    results = write_outputs(args, out, tracker, steps, time.perf_counter() - start, stop.requested)
+        steps = trainer(args, out, tracker, clock, stop)
+    results = write_outputs(args, out, tracker, steps, clock.elapsed(), stop.requested)
 
     print(f"{results['graph']}: {args.encoder} + {args.algo}, {steps} steps, "
           f"{results['search_seconds']:.1f} s of search on {os.cpu_count()} CPU cores")

@@ -60,6 +60,9 @@ def test_resume_continues_from_the_checkpoint(graph_file, tmp_path):
     second = run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "32", "--resume")
     assert second["steps"] > first["steps"]
     assert second["makespan"] <= first["makespan"]  # the best placement carries over
+    # search seconds add up over the runs, as the time the best was found does
+    assert second["search_seconds"] > first["search_seconds"] - first["validation_seconds"]
+    assert second["best_found_seconds"] <= second["search_seconds"]
     with pytest.raises(ValueError, match="has encoder 'gcn', the command line asks for 'fadp-gt'"):
         run(graph_file, tmp_path, "--encoder", "fadp-gt", "--timesteps", "48", "--resume")
     with pytest.raises(ValueError, match="has expected moves 1.0, the command line asks for 0.0"):
@@ -71,6 +74,26 @@ def test_resume_continues_from_the_checkpoint(graph_file, tmp_path):
     (tmp_path / "checkpoint.zip").write_text("not a zip")
     with pytest.raises(ValueError, match="cannot load .*checkpoint.zip' as a ppo model"):
         run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "48", "--resume")
+
+
+@pytest.mark.parametrize("algo, extra", [("ppo", ["--timesteps", "16"]), ("reinforce", ["--episodes", "2"])])
+def test_search_time_leaves_out_building_the_agent(graph_file, tmp_path, monkeypatch, algo, extra):
+    """A slow agent build (1.5 s here) counts neither in the search time nor against the budget."""
+    import time
+
+    import agents
+
+    def slow(real):
+        def build(*args, **kwargs):
+            time.sleep(1.5)
+            return real(*args, **kwargs)
+        return build
+
+    monkeypatch.setattr(agents, "make_sb3", slow(agents.make_sb3))
+    monkeypatch.setattr(agents, "ReinforceConfig", slow(agents.ReinforceConfig))
+    results = run(graph_file, tmp_path, "--algo", algo, "--encoder", "gcn", "--budget-seconds", "1", *extra)
+    assert 0 < results["search_seconds"] < 1.5 and results["best_found_seconds"] < 1.5
+    assert results["steps"] >= 2  # the budget did not run out while building (PPO would stop after one step)
 
 
 def test_resume_without_a_checkpoint_says_it_starts_a_new_policy(graph_file, tmp_path, capsys):
