@@ -23,6 +23,8 @@ from .simulator import (
     simulate,
     simulate_batch,
 )
+from .memory_timeline import memory_timeline
+from .chrome_trace import chrome_trace, write_chrome_trace
 from .synthetic import layered_dag, two_chains
 from .training_graph import to_training_graph
 from .env import DevicePlacementEnv
@@ -47,9 +49,10 @@ if "DevicePlacementSequential-v0" not in _gym.registry:
 
 __all__ = [
     "DEFAULT_GRAPH", "DEVICE_KINDS", "BatchResult", "coarsen", "coarsen_to_fit", "DevicePlacementEnv", "DevicePlacementSequentialEnv", "Cluster", "ComputationGraph", "Device", "Edge", "Node",
-    "Schedule", "SimulationResult", "Simulator", "check_placement", "critical_path", "layered_dag", "list_graphs",
+    "Schedule", "SimulationResult", "Simulator", "check_placement", "chrome_trace", "critical_path", "layered_dag",
+    "list_graphs", "memory_timeline",
     "two_chains",
     "load_graph", "load_suite", "SUITES", "lower_bound", "placement_from_json", "read_graph", "read_placement",
     "simulate", "simulate_batch",
-    "from_torch", "to_training_graph", "unflatten_observation", "write_graph", "write_placement",
+    "from_torch", "to_training_graph", "unflatten_observation", "write_chrome_trace", "write_graph", "write_placement",
 ]

@@ -4,6 +4,7 @@ Examples::
 
     python -m placement_env simulate --graph default --placement p.json --devices 3
     python -m placement_env simulate --graph g.json.gz --placement p.json --cluster c.json --json
+    python -m placement_env simulate --graph default --placement p.json --devices 3 --trace step.json
     python -m placement_env graphs
     python -m placement_env table1
 """
@@ -14,6 +15,7 @@ import argparse
 import json
 import sys
 
+from .chrome_trace import write_chrome_trace
 from .cli_common import add_graph_and_cluster_args, graph_and_cluster_from_args, run_cli
 from .placement_io import read_placement
 from .registry import REAL_MODELS, REAL_MODELS_DIR, SUITES, list_graphs, load_graph
@@ -31,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--param-factor", type=float, default=4.0,
                      help="static bytes per parameter byte (4 = training with Adam, 1 = inference)")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    sim.add_argument("--trace", metavar="FILE",
+                     help="also write the schedule and each device's memory over time as a Chrome trace "
+                          "(.json or .json.gz; open it in https://ui.perfetto.dev or chrome://tracing)")
     sub.add_parser("graphs", help="list the shipped graphs with their sizes")
     sub.add_parser("table1", help="the benchmark suites' structure in the layout of the paper's table 1")
     return parser
@@ -72,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     graph, cluster = graph_and_cluster_from_args(args)
     placement = read_placement(args.placement, graph)
     result = simulate(graph, placement, cluster, param_factor=args.param_factor)
+    if args.trace is not None:
+        write_chrome_trace(args.trace, graph, cluster, result)
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0
@@ -84,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{cluster.devices[d].name:<8} {result.peak_memory[d] / 1e9:>16.3f} {cluster.memory[d] / 1e9:>14.3f} "
               f"{result.busy[d] * 1e3:>10.3f}")
     print(f"OOM          {'yes' if result.oom else 'no'}")
+    if args.trace is not None:
+        print(f"trace        {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0
 
 

@@ -103,6 +103,7 @@ class SimulationResult:
         oom: whether any device's peak exceeds its memory.
         schedule: every op and transfer with device, start and end.
         lower_bound: :func:`lower_bound` of the graph on the cluster, seconds.
+        param_factor: the static bytes held per parameter byte the step was simulated with.
     """
 
     makespan: float
@@ -111,6 +112,7 @@ class SimulationResult:
     oom: bool
     schedule: Schedule
     lower_bound: float
+    param_factor: float = DEFAULT_PARAM_FACTOR
 
     @property
     def lb_ratio(self) -> float:
@@ -289,7 +291,7 @@ class Simulator:
                             ws.xb[:nx].copy(), ws.xbytes[:nx].copy(), ws.xs[:nx].copy(), ws.xe[:nx].copy())
         peak = ws.peak.copy()
         return SimulationResult(float(makespan), peak, ws.busy.copy(), bool(np.any(peak > c.memory)), schedule,
-                                self.lower_bound)
+                                self.lower_bound, self.param_factor)
 
     def simulate_batch(self, placements, check: bool = True) -> BatchResult:
         """Evaluate B node placements (B x N) in one kernel call; see :func:`simulate_batch`."""

@@ -17,6 +17,7 @@ import heapq
 
 from .cluster import Cluster
 from .graph import ComputationGraph
+from .memory_timeline import buffer_lifetimes, static_memory
 
 OP_DONE, TRANSFER_DONE, BOOK, START = 0, 1, 2, 3
 
@@ -100,32 +101,21 @@ def simulate_reference(graph: ComputationGraph, placement, cluster: Cluster, par
                 running[d] = True
                 heapq.heappush(events, (t + dur, OP_DONE, tv, v))
 
-    peak = _peak_memory(graph, p, cluster, start, end, transfers, succ, param_factor)
+    peak = _peak_memory(graph, p, cluster, start, end, transfers, param_factor)
     return {"makespan": max(end), "peak_memory": peak, "busy": busy, "start": start, "end": end,
             "transfers": transfers}
 
 
-def _peak_memory(graph, p, cluster, start, end, transfers, succ, param_factor) -> list[float]:
+def _peak_memory(graph, p, cluster, start, end, transfers, param_factor) -> list[float]:
     """Interval sweep: each buffer lives on [alloc, free); frees sort before allocations."""
     m = cluster.num_devices
-    static = [0.0] * m
-    for v in range(graph.num_nodes):
-        static[p[v]] += float(graph.param_bytes[v]) * param_factor
-    events: list[list[tuple[float, int, float]]] = [[] for _ in range(m)]  # (time, 0 free | 1 alloc, bytes)
-    out_transfer_end: dict[int, float] = {}
-    for u, a, b, nbytes, s, e in transfers:
-        out_transfer_end[u] = max(out_transfer_end.get(u, 0.0), e)
-        last = max(end[v] for v, _ in succ[u] if p[v] == b)
-        events[b] += [(s, 1, nbytes), (last, 0, nbytes)]
-    for u in range(graph.num_nodes):
-        a = p[u]
-        free = max([end[u], out_transfer_end.get(u, 0.0)] + [end[v] for v, _ in succ[u] if p[v] == a])
-        size = float(graph.output_bytes[u])
-        events[a] += [(start[u], 1, size), (free, 0, size)]
+    static = static_memory(graph, p, m, param_factor)
+    lifetimes = buffer_lifetimes(graph, p, start, end, transfers, m)
     peaks = []
     for d in range(m):
+        events = [(s, 1, size) for s, _, size in lifetimes[d]] + [(f, 0, size) for _, f, size in lifetimes[d]]
         cur = top = 0.0
-        for _, kind, size in sorted(events[d]):
+        for _, kind, size in sorted(events):  # (time, 0 free | 1 alloc, bytes)
             cur += size if kind else -size
             top = max(top, cur)
         peaks.append(static[d] + top)

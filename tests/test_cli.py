@@ -49,6 +49,29 @@ def test_simulate_command_json_output(tmp_path):
     assert data["busy"] == list(r.busy) and data["oom"] is False
 
 
+def test_simulate_command_writes_a_chrome_trace(tmp_path, capsys):
+    g = load_graph("default")
+    placement = [i % 2 for i in g.unit_of]
+    write_placement(placement, tmp_path / "p.json")
+    argv = ["simulate", "--placement", str(tmp_path / "p.json"), "--devices", "2", "--trace"]
+    assert env_main(argv + [str(tmp_path / "step.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["makespan"] > 0  # stdout stays one JSON object
+    trace = json.loads((tmp_path / "step.json").read_text())
+    r = simulate(g, placement, Cluster.preset("p100", 2))
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == g.num_nodes + 2 * r.schedule.num_transfers
+    assert trace["otherData"]["makespan_s"] == r.makespan
+    peaks = [max(e["args"]["bytes"] for e in trace["traceEvents"] if e["ph"] == "C" and e["pid"] == d)
+             for d in range(2)]
+    assert peaks == list(r.peak_memory)
+    assert env_main(argv + [str(tmp_path / "step.json.gz")]) == 0
+    assert f"trace        {tmp_path / 'step.json.gz'}" in capsys.readouterr().out
+    assert (tmp_path / "step.json.gz").read_bytes()[:2] == b"\x1f\x8b"
+    assert run_cli(lambda: env_main(argv + [str(tmp_path / "missing" / "step.json"), "--json"])) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("error:") and "missing" in out.err and "No such file" in out.err
+
+
 def test_simulate_command_text_output_and_cluster_file(tmp_path, capsys):
     g = load_graph("default")
     ids = g.ids
