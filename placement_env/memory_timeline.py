@@ -57,8 +57,11 @@ def buffer_lifetimes(graph: ComputationGraph, placement: Sequence[int], start: S
     out_transfer_end: dict[int, float] = {}
     for u, a, b, nbytes, s, e in transfers:
         out_transfer_end[u] = max(out_transfer_end.get(u, 0.0), e)
-        last_reader_end = max(end[v] for v in consumers[u] if placement[v] == b)
-        lifetimes[b].append((s, last_reader_end, nbytes))
+        reader_ends = [end[v] for v in consumers[u] if placement[v] == b]
+        if not reader_ends:
+            raise ValueError(f"a transfer sends node {graph.ids[u]!r} to device {b}, where it has no consumer: "
+                             f"the schedule is not one of graph {graph.name!r}")
+        lifetimes[b].append((s, max(reader_ends), nbytes))
     for u in range(graph.num_nodes):
         a = placement[u]
         free = max([end[u], out_transfer_end.get(u, 0.0)] + [end[v] for v in consumers[u] if placement[v] == a])

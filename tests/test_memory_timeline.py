@@ -95,3 +95,7 @@ def test_a_result_of_another_graph_or_cluster_is_refused():
         memory_timeline(other, r)
     with pytest.raises(ValueError, match="not of 'cluster' \\(3 devices\\)"):
         chrome_trace(g, uniform_cluster(3), r)
+    same_ids = graph([("a", 1.0, 100, 10), ("b", 2.0, 200), ("c", 3.0, 50)], [("b", "c")], name="rewired")
+    with pytest.raises(ValueError, match="sends node 'a' to device 1, where it has no consumer: "
+                                         "the schedule is not one of graph 'rewired'"):
+        memory_timeline(same_ids, r)
