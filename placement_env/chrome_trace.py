@@ -32,9 +32,10 @@ def chrome_trace(graph: ComputationGraph, cluster: Cluster, result: SimulationRe
     """The schedule and memory of ``result`` (a :func:`~placement_env.simulate` of ``graph`` on ``cluster``)
     as a Trace Event Format object (see the module docstring)."""
     m = cluster.num_devices
-    if len(result.peak_memory) != m:  # the graph is checked by memory_timeline
+    if len(result.peak_memory) != m:
         raise ValueError(f"the result is of a cluster of {len(result.peak_memory)} devices, "
                          f"not of {cluster.name!r} ({m} devices)")
+    timeline = memory_timeline(graph, result)  # first: it checks that the schedule is one of this graph
     names = [device.name for device in cluster.devices]
     events: list[dict] = []
     for d, name in enumerate(names):
@@ -55,7 +56,7 @@ def chrome_trace(graph: ComputationGraph, cluster: Cluster, result: SimulationRe
                        "pid": x.src_device, "tid": SEND, "ts": ts, "dur": dur, "args": args})
         events.append({"name": f"{x.node} <- {names[x.src_device]}", "cat": "transfer", "ph": "X",
                        "pid": x.dst_device, "tid": RECEIVE, "ts": ts, "dur": dur, "args": args})
-    for d, (times, used) in enumerate(memory_timeline(graph, result)):
+    for d, (times, used) in enumerate(timeline):
         events.extend({"name": "memory (bytes)", "ph": "C", "pid": d, "ts": float(t) * US_PER_SECOND,
                        "args": {"bytes": float(u)}} for t, u in zip(times, used))
     return {

@@ -93,6 +93,8 @@ def test_a_result_of_another_graph_or_cluster_is_refused():
     other = graph([("x", 1.0, 1)], name="other")
     with pytest.raises(ValueError, match="not of graph 'other'"):
         memory_timeline(other, r)
+    with pytest.raises(ValueError, match="not of graph 'other'"):
+        chrome_trace(other, c, r)
     with pytest.raises(ValueError, match="not of 'cluster' \\(3 devices\\)"):
         chrome_trace(g, uniform_cluster(3), r)
     same_ids = graph([("a", 1.0, 100, 10), ("b", 2.0, 200), ("c", 3.0, 50)], [("b", "c")], name="rewired")
