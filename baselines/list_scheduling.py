@@ -14,7 +14,7 @@ import numpy as np
 
 from placement_env import Cluster, ComputationGraph
 
-from .memory import MemoryBudget, PlacementInfeasibleError
+from .memory import MemoryBudget
 
 
 class ListSchedule:
@@ -53,9 +53,7 @@ class ListSchedule:
             return mask
         mask = self.budget.fits(unit)
         if not mask.any():
-            raise PlacementInfeasibleError(
-                f"no device has room for unit {self.budget.names[unit]!r}; free: "
-                f"{', '.join(f'{x / 1e9:.2f}' for x in self.budget.free)} GB")
+            raise self.budget.no_room(unit)
         return mask
 
     def duration(self, v: int) -> np.ndarray:

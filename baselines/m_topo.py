@@ -12,7 +12,7 @@ import numpy as np
 
 from placement_env import Cluster, ComputationGraph
 
-from .memory import MemoryBudget, PlacementInfeasibleError, units_in_topological_order
+from .memory import MemoryBudget, units_in_topological_order
 
 
 def m_topo(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
@@ -29,7 +29,7 @@ def m_topo(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarr
         if not budget.fits(u)[d]:
             later = [k for k in range(d + 1, m) if budget.fits(u)[k]]
             if not later:
-                raise PlacementInfeasibleError(f"m-TOPO ran out of devices at unit {budget.names[u]!r}")
+                raise budget.no_room(u, f"m-TOPO (filling devices in order): no device from device {d} on")
             d = later[0]
         budget.take(u, d)
         used[d] += budget.demand[u]

@@ -17,7 +17,11 @@ from placement_env.features import unit_graph
 from placement_env.graph import checked_instance
 from placement_env.simulator import DEFAULT_PARAM_FACTOR
 
-GB = 1e9
+def format_bytes(nbytes: float) -> str:
+    """A size for a message: exact below 1 MB (``4,100 bytes``), else in GB with the exact count beside it
+    (``17.18 GB = 17,179,869,184 bytes``), so that two sizes that round alike still read differently."""
+    exact = f"{nbytes:,.0f} bytes"
+    return exact if nbytes < 1e6 else f"{nbytes / 1e9:.2f} GB = {exact}"
 
 
 class PlacementInfeasibleError(ValueError):
@@ -51,13 +55,13 @@ class MemoryBudget:
         total, capacity = float(self.demand.sum()), float(cluster.memory.sum())
         if total > capacity:
             raise PlacementInfeasibleError(
-                f"graph {graph.name!r} needs {total / GB:.2f} GB (params x {param_factor:g} + outputs) but the "
-                f"cluster has {capacity / GB:.2f} GB in all")
+                f"graph {graph.name!r} needs {format_bytes(total)} (params x {param_factor:g} + outputs) but the "
+                f"cluster has {format_bytes(capacity)} in all")
         biggest = int(np.argmax(self.demand))
         if self.demand[biggest] > cluster.memory.max():
             raise PlacementInfeasibleError(
-                f"unit {self.names[biggest]!r} needs {self.demand[biggest] / GB:.2f} GB, more than the largest "
-                f"device ({cluster.memory.max() / GB:.2f} GB)")
+                f"unit {self.names[biggest]!r} needs {format_bytes(self.demand[biggest])}, more than the largest "
+                f"device has ({format_bytes(cluster.memory.max())})")
 
     def fits(self, unit: int) -> np.ndarray:
         """Boolean mask of the devices with room for ``unit``."""
@@ -67,8 +71,8 @@ class MemoryBudget:
         """Charge ``unit`` to ``device`` (which must have room)."""
         if self.free[device] < self.demand[unit]:
             raise PlacementInfeasibleError(
-                f"unit {self.names[unit]!r} ({self.demand[unit] / GB:.2f} GB) does not fit on device {device} "
-                f"({self.free[device] / GB:.2f} GB left)")
+                f"unit {self.names[unit]!r} ({format_bytes(self.demand[unit])}) does not fit on device {device} "
+                f"({format_bytes(self.free[device])} left)")
         self.free[device] -= self.demand[unit]
 
     def first_fit(self, unit: int, preferred: list[int] | np.ndarray) -> int:
@@ -78,9 +82,13 @@ class MemoryBudget:
             if room[d]:
                 self.take(unit, int(d))
                 return int(d)
-        raise PlacementInfeasibleError(
-            f"no device has room for unit {self.names[unit]!r} ({self.demand[unit] / GB:.2f} GB); "
-            f"free: {', '.join(f'{x / GB:.2f}' for x in self.free)} GB")
+        raise self.no_room(unit)
+
+    def no_room(self, unit: int, where: str = "no device") -> PlacementInfeasibleError:
+        """The error for ``unit`` fitting on ``where``: its size and every device's free budget."""
+        free = "; ".join(f"device {d}: {format_bytes(x)}" for d, x in enumerate(self.free))
+        return PlacementInfeasibleError(
+            f"{where} has room for unit {self.names[unit]!r} ({format_bytes(self.demand[unit])}); free: {free}")
 
 
 def units_in_topological_order(graph: ComputationGraph) -> np.ndarray:

@@ -29,7 +29,7 @@ import numpy as np
 from placement_env import Cluster, ComputationGraph, Simulator
 from placement_env.simulator import DEFAULT_PARAM_FACTOR, check_placement
 
-from .memory import PlacementInfeasibleError, overflow_bytes, unit_demand
+from .memory import PlacementInfeasibleError, format_bytes, overflow_bytes, unit_demand
 
 Placer = Callable[[ComputationGraph, Cluster, int], np.ndarray]  # (graph, cluster, seed) -> device per node
 CANDIDATES = 64  # units tried per round: the largest budgets on the device that overflows most
@@ -64,8 +64,8 @@ def repair_memory(graph: ComputationGraph, cluster: Cluster, placement, candidat
         best = int(np.lexsort((batch.makespan, row_over))[0]) if rows.shape[0] else -1
         if best < 0 or not row_over[best] < over:  # one device, or no move helps
             raise PlacementInfeasibleError(
-                f"the placement exceeds device {worst}'s memory in the simulator (peak {peak[worst]:,.0f} bytes, "
-                f"memory {memory[worst]:,.0f} bytes) and no move of one of its units lowers the overflow")
+                f"the placement exceeds device {worst}'s memory in the simulator (peak {format_bytes(peak[worst])}, "
+                f"memory {format_bytes(memory[worst])}) and no move of one of its units lowers the overflow")
         units, peak, over = rows[best], batch.peak_memory[best], float(row_over[best])
     return graph.expand_unit_placement(units)
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from placement_env import Cluster, ComputationGraph
 
-from .memory import MemoryBudget, PlacementInfeasibleError
+from .memory import MemoryBudget
 
 
 def metis(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
@@ -64,7 +64,7 @@ def _repair_memory(units: np.ndarray, budget: MemoryBudget, graph: ComputationGr
     for u in sorted(overflow, key=lambda u: unit_cost[u]):
         room = np.nonzero(budget.fits(u))[0]
         if room.size == 0:
-            raise PlacementInfeasibleError(f"METIS: no device has room for unit {budget.names[u]!r}")
+            raise budget.no_room(u, "METIS (moving units off full parts): no device")
         d = int(room[np.argmax(budget.free[room])])
         budget.take(u, d)
         units[u] = d

@@ -6,7 +6,7 @@ import numpy as np
 
 from placement_env import Cluster, ComputationGraph
 
-from .memory import GB, MemoryBudget, PlacementInfeasibleError, units_in_topological_order
+from .memory import MemoryBudget, format_bytes, PlacementInfeasibleError, units_in_topological_order
 
 
 def single_device(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
@@ -16,8 +16,8 @@ def single_device(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> n
     for d in sorted(range(cluster.num_devices), key=lambda d: (-cluster.speed[d], d)):
         if cluster.memory[d] >= total:
             return np.full(graph.num_nodes, d, dtype=np.int64)
-    raise PlacementInfeasibleError(f"graph {graph.name!r} needs {total / GB:.2f} GB; no single device holds it "
-                                   f"(largest: {cluster.memory.max() / GB:.2f} GB)")
+    raise PlacementInfeasibleError(f"graph {graph.name!r} needs {format_bytes(total)}; no single device holds it "
+                                   f"(largest: {format_bytes(cluster.memory.max())})")
 
 
 def round_robin(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:

@@ -51,8 +51,18 @@ def test_placers_say_when_the_graph_cannot_fit():
     g = graph([("a", 1.0, 600), ("b", 1.0, 600)], [("a", "b")])
     tiny = uniform_cluster(2, memory=500)
     for name in PLACERS:
-        with pytest.raises(PlacementInfeasibleError, match="unit 'a'|needs"):
+        with pytest.raises(PlacementInfeasibleError) as error:
             place(name, g, tiny)
+        assert str(error.value) == ("graph 't' needs 1,200 bytes (params x 4 + outputs) but the cluster has "
+                                    "1,000 bytes in all"), name
+    for name in PLACERS:  # 1,200 bytes fit in 3 x 550 in all, but neither 600-byte unit fits on one device
+        with pytest.raises(PlacementInfeasibleError) as error:
+            place(name, g, uniform_cluster(3, memory=550))
+        assert str(error.value) == "unit 'a' needs 600 bytes, more than the largest device has (550 bytes)", name
+    huge = graph([("a", 1.0, 2 * 10**9 + 500)])  # sizes in GB keep their exact count: no "2.00 GB > 2.00 GB"
+    with pytest.raises(PlacementInfeasibleError, match=r"^unit 'a' needs 2\.00 GB = 2,000,000,500 bytes, more than "
+                                                       r"the largest device has \(2\.00 GB = 2,000,000,499 bytes\)$"):
+        place("heft", huge, uniform_cluster(2, memory=2 * 10**9 + 499))
     # fits on two devices (b's copy of a's output: 50 bytes) but not on one
     g = graph([("a", 1.0, 600), ("b", 1.0, 600)], [("a", "b", 50)])
     two = uniform_cluster(2, memory=700)
@@ -63,6 +73,23 @@ def test_placers_say_when_the_graph_cannot_fit():
     g = graph([("a", 1.0, 600), ("b", 1.0, 600)], [("a", "b")])  # a 600-byte copy: 1,200 bytes on b's device
     with pytest.raises(PlacementInfeasibleError, match="exceeds device 1's memory in the simulator"):
         place("round-robin", g, two)
+
+
+def test_a_placer_that_runs_out_of_room_names_the_unit_and_every_device_s_free_budget():
+    # 3 x 400 bytes fit 2 x 600 in all and one by one, but not once two are placed
+    g = graph([("a", 1.0, 400), ("b", 1.0, 400), ("c", 1.0, 400)], [("a", "b", 1), ("b", "c", 1)])
+    c = uniform_cluster(2, memory=600)
+    free = "(400 bytes); free: device 0: 200 bytes; device 1: 200 bytes"
+    expected = {
+        "single": "graph 't' needs 1,200 bytes; no single device holds it (largest: 600 bytes)",
+        "m-topo": f"m-TOPO (filling devices in order): no device from device 1 on has room for unit 'c' {free}",
+        "metis": f"METIS (moving units off full parts): no device has room for unit 'c' {free}",
+        "random": f"no device has room for unit 'b' {free}",
+    }
+    for name in PLACERS:
+        with pytest.raises(PlacementInfeasibleError) as error:
+            place(name, g, c)
+        assert str(error.value) == expected.get(name, f"no device has room for unit 'c' {free}"), name
 
 
 def test_memory_aware_placers_spread_a_graph_too_big_for_one_device():
