@@ -75,7 +75,8 @@ def memory_timeline(graph: ComputationGraph, result: SimulationResult) -> list[t
     Returns, per device, ``(times, used)``: ``times`` in seconds, strictly
     increasing from 0.0; ``used[i]`` in bytes (static + live buffers) from
     ``times[i]`` until the next time, i.e. after every free and allocation at
-    that instant. ``used.max()`` equals ``result.peak_memory`` of that device.
+    that instant. ``used.max()`` equals ``result.peak_memory`` of that device (exactly when
+    sizes are whole bytes; fractional sizes may differ in the last bits, the sums being in another order).
     """
     schedule = result.schedule
     if tuple(schedule.node_ids) != tuple(graph.ids):
