@@ -17,6 +17,7 @@ from placement_env.features import unit_graph
 from placement_env.graph import checked_instance
 from placement_env.simulator import DEFAULT_PARAM_FACTOR
 
+
 def format_bytes(nbytes: float) -> str:
     """A size for a message: exact below 1 MB (``4,100 bytes``), else in GB with the exact count beside it
     (``17.18 GB = 17,179,869,184 bytes``), so that two sizes that round alike still read differently."""

@@ -6,7 +6,7 @@ import numpy as np
 
 from placement_env import Cluster, ComputationGraph
 
-from .memory import MemoryBudget, format_bytes, PlacementInfeasibleError, units_in_topological_order
+from .memory import MemoryBudget, PlacementInfeasibleError, format_bytes, units_in_topological_order
 
 
 def single_device(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
