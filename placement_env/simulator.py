@@ -189,6 +189,27 @@ def _is_device_index(x) -> bool:
     return isinstance(x, int) or (isinstance(x, float) and math.isfinite(x) and x.is_integer())
 
 
+def _placement_array(placement) -> np.ndarray:
+    """``np.asarray(placement)``, except that a list or tuple holding a bool stays an object array.
+
+    numpy reads ``[0, True, 0]`` as the ints ``[0, 1, 0]``; kept as objects, the
+    ``True`` reaches :func:`check_placement`'s entry check, which names it.
+    """
+    try:
+        p = np.asarray(placement)
+    except ValueError as error:  # ragged nesting
+        raise ValueError(f"placement must be a sequence of device indices, one per node: {error}") from None
+    if p.dtype.kind in "iuf" and isinstance(placement, (list, tuple)) and _holds_bool(placement):
+        p = np.asarray(placement, dtype=object)
+    return p
+
+
+def _holds_bool(entries) -> bool:
+    """Whether a (nested) list or tuple has a Python or numpy bool anywhere in it."""
+    return any(isinstance(x, (bool, np.bool_)) or (isinstance(x, (list, tuple)) and _holds_bool(x))
+               for x in entries)
+
+
 def check_placement(graph: ComputationGraph, placement, cluster: Cluster, check_colocation: bool = True) -> np.ndarray:
     """Validate a device-per-node placement and return it as an int64 array.
 
@@ -203,7 +224,7 @@ def check_placement(graph: ComputationGraph, placement, cluster: Cluster, check_
     if isinstance(placement, Mapping):
         raise ValueError("placement must be a device index per node, in node order, got a mapping; "
                          "convert a {node id: device} mapping with placement_env.placement_from_json(mapping, graph)")
-    p = np.asarray(placement)
+    p = _placement_array(placement)
     n = graph.num_nodes
     if p.ndim != 1:
         raise ValueError(f"placement must be a 1-D sequence of device indices, one per node, got shape {p.shape}")
@@ -296,7 +317,7 @@ class Simulator:
     def simulate_batch(self, placements, check: bool = True) -> BatchResult:
         """Evaluate B node placements (B x N) in one kernel call; see :func:`simulate_batch`."""
         graph, c, ws = self.graph, self.cluster, self._ws
-        P = np.asarray(placements)
+        P = _placement_array(placements)
         if P.ndim != 2 or P.shape[1] != graph.num_nodes:
             raise ValueError(f"placements must be a B x N array with N = {graph.num_nodes} nodes "
                              f"(graph {graph.name!r}), got shape {P.shape}")

@@ -170,6 +170,9 @@ def test_batch_matches_single_on_hand_cases():
     (0, r"got shape \(\)"),
     (np.zeros(3, bool), "entry for node 'a' is not a device index: False"),
     ([True, False, True], "entry for node 'a' is not a device index: True"),
+    ([0, True, 0], "entry for node 'b' is not a device index: True"),  # numpy alone would read it as 1
+    ((0, 0, np.bool_(False)), "entry for node 'c' is not a device index: np.False_"),
+    ([[0], [0, 1], 0], "placement must be a sequence of device indices, one per node: setting an array"),
     ([0, 0, None], "entry for node 'c' is not a device index: None"),
     (["0", "0", "0"], "entry for node 'a' is not a device index: '0'"),
     ([0, float("nan"), 0], "entry for node 'b' is not a device index: nan"),
@@ -182,6 +185,13 @@ def test_bad_placements_are_rejected(placement, message):
     g = graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b")])
     with pytest.raises(ValueError, match=message):
         simulate(g, placement, uniform_cluster(3))
+
+
+def test_a_batch_row_mixing_ints_and_a_bool_is_rejected_by_row_and_node():
+    g = graph([("a", 1.0, 1), ("b", 1.0, 1), ("c", 1.0, 1)], [("a", "b")])
+    with pytest.raises(ValueError, match="placements row 1: placement entry for node 'c' is not a device index: True"):
+        simulate_batch(g, [[0, 1, 2], [0, 1, True]], uniform_cluster(3))
+    assert simulate_batch(g, [[0, 1, 2], [0, 1, 1]], uniform_cluster(3)).makespan.shape == (2,)
 
 
 def test_arguments_in_another_order_name_what_was_expected():
