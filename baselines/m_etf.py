@@ -4,6 +4,11 @@ At every step, over all ready ops (inputs placed) and the devices each may use
 (its unit's device once pinned, otherwise any device with room for the unit),
 schedule the (op, device) pair that can *start* earliest; ties go to the
 smaller topological index, then the lower device index.
+
+ETF was defined for identical processors: it compares start times only, so on
+a heterogeneous cluster device speed counts only through when devices become
+free (a chain whose starts all tie goes to device 0, however slow). HEFT,
+which compares finish times, is the list scheduler made for such clusters.
 """
 
 from __future__ import annotations

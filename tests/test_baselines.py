@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from baselines import PLACERS, PlacementInfeasibleError, place, refine, repair_memory, unit_demand
-from placement_env import Cluster, layered_dag, load_graph, simulate
+from placement_env import Cluster, Device, layered_dag, load_graph, simulate
 from placement_env.simulator import check_placement
 
 from helpers import graph, uniform_cluster
@@ -17,15 +17,22 @@ GRAPHS = {
 }
 
 
+CLUSTERS = {
+    "1 x p100": Cluster.preset("p100", 1),
+    "3 x p100": Cluster.preset("p100", 3),
+    "k80 + v100 + p100": Cluster.heterogeneous(["k80", "v100-nvlink", "p100"]),  # speeds, memories, links differ
+}
+
+
 @pytest.mark.parametrize("name", list(PLACERS))
 @pytest.mark.parametrize("graph_name", list(GRAPHS))
-@pytest.mark.parametrize("devices", [1, 3])
-def test_placer_returns_a_valid_placement_that_honours_colocation_and_budgets(name, graph_name, devices):
+@pytest.mark.parametrize("cluster_name", list(CLUSTERS))
+def test_placer_returns_a_valid_placement_that_honours_colocation_and_budgets(name, graph_name, cluster_name):
     g = GRAPHS[graph_name]
-    c = Cluster.preset("p100", devices)
+    c = CLUSTERS[cluster_name]
     p = place(name, g, c, seed=1)
     check_placement(g, p, c)  # length, range, colocation
-    used = np.bincount(g.unit_placement(p), weights=unit_demand(g), minlength=devices)
+    used = np.bincount(g.unit_placement(p), weights=unit_demand(g), minlength=c.num_devices)
     assert np.all(used <= c.memory)
     assert np.array_equal(p, place(name, g, c, seed=1))  # deterministic for a seed
 
@@ -100,6 +107,33 @@ def test_memory_aware_placers_spread_a_graph_too_big_for_one_device():
         p = place(name, g, c)
         used = np.bincount(g.unit_placement(p), weights=unit_demand(g), minlength=3)
         assert np.all(used <= c.memory), name
+
+
+def test_placers_keep_each_device_of_a_heterogeneous_cluster_within_its_own_budget():
+    """Devices of 20%, 50% and 50% of the graph's demand: a placer that reads one device's size for all overfills device 0."""
+    g = layered_dag(4, num_ops=60)
+    demand = unit_demand(g)
+    memory = [int(demand.sum() * share) for share in (0.2, 0.5, 0.5)]
+    c = Cluster([Device(f"d{i}", speed, mem) for i, (speed, mem) in enumerate(zip([1.0, 2.0, 1.0], memory))],
+                np.full((3, 3), 1e10), np.full((3, 3), 1e-5))
+    for name in ("round-robin", "random", "m-topo", "m-etf", "heft", "metis", "critical-path"):
+        used = np.bincount(g.unit_placement(place(name, g, c)), weights=demand, minlength=3)
+        assert np.all(used <= memory), (name, used.tolist(), memory)
+    with pytest.raises(PlacementInfeasibleError, match="no single device holds it"):
+        place("single", g, c)
+    assert not simulate(g, place("local-search", g, c), c).oom  # judged by the simulated peak, not the budget
+
+
+def test_speed_aware_placers_run_a_chain_on_the_fastest_device():
+    """A chain cannot run in parallel: on devices of speed 1 and 2 the best is all on the fast one (2 s, not 4 s)."""
+    g = graph([(f"a{i}", 1.0, 10) for i in range(4)], [(f"a{i}", f"a{i + 1}") for i in range(3)])
+    c = Cluster([Device("slow", 1.0, 10**9), Device("fast", 2.0, 10**9)], np.full((2, 2), 1e9), np.full((2, 2), 1e-3))
+    for name in ("single", "heft", "critical-path", "local-search"):
+        p = place(name, g, c)
+        assert p.tolist() == [1, 1, 1, 1], name
+        assert simulate(g, p, c).makespan == 2.0
+    # ETF compares start times only (see baselines/m_etf.py): every start ties, so device 0 wins
+    assert place("m-etf", g, c).tolist() == [0, 0, 0, 0]
 
 
 def test_no_placer_returns_a_placement_that_runs_out_of_memory():
