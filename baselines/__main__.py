@@ -4,6 +4,7 @@ Example::
 
     python -m baselines --graph default --devices 3
     python -m baselines --graph my_graph.json.gz --cluster cluster.json --json results.json
+    python -m baselines --graph default --devices 3 --traces-dir traces   # then open traces/heft.json in Perfetto
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from placement_env.chrome_trace import write_chrome_trace
 from placement_env.cli_common import (add_graph_and_cluster_args, check_output_paths, graph_and_cluster_from_args,
                                      run_cli)
 from placement_env.placement_io import write_placement
@@ -30,12 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", metavar="FILE", help="also write the table (and each placement) as JSON")
     parser.add_argument("--placements-dir", metavar="DIR",
                         help="write each placement as DIR/<placer>.json (the spec's placement format)")
+    parser.add_argument("--traces-dir", metavar="DIR",
+                        help="write each placement's simulated step as DIR/<placer>.json, a Chrome trace of ops, "
+                             "transfers and memory per device (open in https://ui.perfetto.dev)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    check_output_paths(file=args.json, folder=args.placements_dir)
+    check_output_paths(args.json, args.placements_dir, args.traces_dir)
     graph, cluster = graph_and_cluster_from_args(args)
     names = [x.strip() for x in args.placers.split(",") if x.strip()]
     unknown = [x for x in names if x not in PLACERS]
@@ -53,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             if r.placement is not None:
                 write_placement(r.placement, out / f"{r.placer}.json")
+    if args.traces_dir:
+        out = Path(args.traces_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for r in rows:
+            if r.result is not None:
+                write_chrome_trace(out / f"{r.placer}.json", graph, cluster, r.result)
     return 0
 
 

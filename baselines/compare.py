@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from placement_env import Cluster, ComputationGraph, lower_bound, simulate
+from placement_env import Cluster, ComputationGraph, SimulationResult, lower_bound, simulate
 
 from .memory import PlacementInfeasibleError
 
 
 @dataclass
 class ComparisonRow:
-    """One placer's result. Times in seconds, memory as a fraction of device capacity."""
+    """One placer's result. Times in seconds, memory as a fraction of device capacity.
+
+    ``result`` is the simulation behind the numbers (with its schedule), kept
+    for callers that look further (``python -m baselines --traces-dir``); it
+    is not part of :meth:`to_dict`.
+    """
 
     placer: str
     makespan: float | None
@@ -25,9 +30,10 @@ class ComparisonRow:
     place_seconds: float
     error: str | None = None
     placement: list[int] | None = None
+    result: SimulationResult | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self, with_placement: bool = False) -> dict:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "result"}
         if d["lb_ratio"] is not None and not math.isfinite(d["lb_ratio"]):
             d["lb_ratio"] = None  # JSON has no infinity (a zero lower bound: every op costs 0 s)
         if not with_placement:
@@ -51,7 +57,7 @@ def compare_placers(graph: ComputationGraph, cluster: Cluster, placers: dict, se
         seconds = time.perf_counter() - t0
         r = simulate(graph, p, cluster)
         rows.append(ComparisonRow(name, r.makespan, r.lb_ratio, float(np.max(r.peak_memory / cluster.memory)),
-                                  r.oom, seconds, None, [int(x) for x in p]))
+                                  r.oom, seconds, None, [int(x) for x in p], r))
     return rows
 
 

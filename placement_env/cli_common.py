@@ -31,17 +31,18 @@ def graph_and_cluster_from_args(args: argparse.Namespace) -> tuple[ComputationGr
     return graph, cluster
 
 
-def check_output_paths(file: str | None = None, folder: str | None = None) -> None:
+def check_output_paths(file: str | None = None, folder: str | None = None, *more_folders: str | None) -> None:
     """Refuse, before any work is done, an output ``file`` that is a folder or lies in no folder,
-    and an output ``folder`` that is a file (``ValueError`` naming the path)."""
+    and an output ``folder`` (or any of ``more_folders``) that is a file (``ValueError`` naming the path)."""
     if file is not None:
         path = Path(file)
         if path.is_dir():
             raise ValueError(f"{file!r} is a folder; give a file name to write")
         if not path.parent.is_dir():
             raise ValueError(f"cannot write {file!r}: folder {str(path.parent)!r} does not exist")
-    if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
-        raise ValueError(f"{folder!r} is a file, not a folder")
+    for path in (folder, *more_folders):
+        if path is not None and Path(path).exists() and not Path(path).is_dir():
+            raise ValueError(f"{path!r} is a file, not a folder")
 
 
 def first_line(error: BaseException) -> str:

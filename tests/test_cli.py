@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from baselines.__main__ import main as baselines_main
-from placement_env import Cluster, load_graph, read_placement, simulate, write_placement
+from baselines import unit_demand
+from placement_env import Cluster, Device, load_graph, read_placement, simulate, write_placement
 from placement_env.__main__ import main as env_main
 from placement_env.cli_common import run_cli
 
@@ -33,6 +34,29 @@ def test_placer_comparison_command_prints_the_table_and_writes_json(tmp_path):
     g, c = load_graph("default"), Cluster.preset("p100", 3)
     assert heft["makespan"] == simulate(g, heft["placement"], c).makespan
     assert (tmp_path / "p" / "heft.json").exists()
+
+
+def test_placer_comparison_writes_one_trace_per_placed_placer(tmp_path, capsys):
+    """--traces-dir: DIR/<placer>.json is the simulate command's trace of that placer's placement; none for a placer that could not place."""
+    g = load_graph("synthetic/1")
+    argv = ["--graph", "synthetic/1", "--devices", "2", "--placers", "single,heft"]
+    assert baselines_main(argv + ["--placements-dir", str(tmp_path / "p"), "--traces-dir", str(tmp_path / "t")]) == 0
+    capsys.readouterr()
+    assert sorted(x.name for x in (tmp_path / "t").iterdir()) == ["heft.json", "single.json"]
+    for placer in ("single", "heft"):
+        env_main(["simulate", "--graph", "synthetic/1", "--devices", "2", "--placement", str(tmp_path / "p" / f"{placer}.json"),
+                  "--trace", str(tmp_path / f"{placer}.json"), "--json"])
+        assert (tmp_path / "t" / f"{placer}.json").read_text() == (tmp_path / f"{placer}.json").read_text()
+    heft = json.loads((tmp_path / "t" / "heft.json").read_text())
+    assert heft["otherData"]["makespan_s"] == simulate(g, read_placement(tmp_path / "p" / "heft.json", g),
+                                                         Cluster.preset("p100", 2)).makespan
+    small = Cluster([Device(f"d{i}", 1.0, int(unit_demand(g).sum() * 0.6)) for i in range(2)],
+                    np.full((2, 2), 1e10), np.full((2, 2), 1e-5))
+    small.to_json(tmp_path / "small.json")
+    assert baselines_main(["--graph", "synthetic/1", "--cluster", str(tmp_path / "small.json"), "--placers", "single,heft",
+                           "--traces-dir", str(tmp_path / "t2")]) == 0
+    assert "single         infeasible" in capsys.readouterr().out
+    assert [x.name for x in (tmp_path / "t2").iterdir()] == ["heft.json"]
 
 
 def test_simulate_command_json_output(tmp_path):
@@ -141,6 +165,7 @@ def test_placement_file_errors_name_the_node(tmp_path, capsys):
     ("--json", "{tmp}", "'{tmp}' is a folder; give a file name to write"),
     ("--json", "{tmp}/no/out.json", "cannot write '{tmp}/no/out.json': folder '{tmp}/no' does not exist"),
     ("--placements-dir", "{tmp}/file", "'{tmp}/file' is a file, not a folder"),
+    ("--traces-dir", "{tmp}/file", "'{tmp}/file' is a file, not a folder"),
 ])
 def test_an_output_that_cannot_be_written_is_refused_before_placing(tmp_path, capsys, flag, path, message):
     (tmp_path / "file").write_text("")
