@@ -189,7 +189,7 @@ def _is_device_index(x) -> bool:
     return isinstance(x, int) or (isinstance(x, float) and math.isfinite(x) and x.is_integer())
 
 
-def _placement_array(placement) -> np.ndarray:
+def _placement_array(placement, what: str = "placement must be a sequence of device indices, one per node") -> np.ndarray:
     """``np.asarray(placement)``, except that a list or tuple holding a bool stays an object array.
 
     numpy reads ``[0, True, 0]`` as the ints ``[0, 1, 0]``; kept as objects, the
@@ -198,7 +198,7 @@ def _placement_array(placement) -> np.ndarray:
     try:
         p = np.asarray(placement)
     except ValueError as error:  # ragged nesting
-        raise ValueError(f"placement must be a sequence of device indices, one per node: {error}") from None
+        raise ValueError(f"{what}: {error}") from None
     if p.dtype.kind in "iuf" and isinstance(placement, (list, tuple)) and _holds_bool(placement):
         p = np.asarray(placement, dtype=object)
     return p
@@ -317,7 +317,7 @@ class Simulator:
     def simulate_batch(self, placements, check: bool = True) -> BatchResult:
         """Evaluate B node placements (B x N) in one kernel call; see :func:`simulate_batch`."""
         graph, c, ws = self.graph, self.cluster, self._ws
-        P = _placement_array(placements)
+        P = _placement_array(placements, f"placements must be a B x N array with N = {graph.num_nodes} nodes")
         if P.ndim != 2 or P.shape[1] != graph.num_nodes:
             raise ValueError(f"placements must be a B x N array with N = {graph.num_nodes} nodes "
                              f"(graph {graph.name!r}), got shape {P.shape}")

@@ -192,6 +192,8 @@ def test_a_batch_row_mixing_ints_and_a_bool_is_rejected_by_row_and_node():
     with pytest.raises(ValueError, match="placements row 1: placement entry for node 'c' is not a device index: True"):
         simulate_batch(g, [[0, 1, 2], [0, 1, True]], uniform_cluster(3))
     assert simulate_batch(g, [[0, 1, 2], [0, 1, 1]], uniform_cluster(3)).makespan.shape == (2,)
+    with pytest.raises(ValueError, match="placements must be a B x N array with N = 3 nodes: setting an array"):
+        simulate_batch(g, [[0, 1, 2], [0, 1]], uniform_cluster(3))
 
 
 def test_arguments_in_another_order_name_what_was_expected():
