@@ -189,7 +189,8 @@ def _is_device_index(x) -> bool:
     return isinstance(x, int) or (isinstance(x, float) and math.isfinite(x) and x.is_integer())
 
 
-def _placement_array(placement, what: str = "placement must be a sequence of device indices, one per node") -> np.ndarray:
+def _placement_array(placement, what: str = "placement must be a sequence of device indices, one per node"
+                     ) -> np.ndarray:
     """``np.asarray(placement)``, except that a list or tuple holding a bool stays an object array.
 
     numpy reads ``[0, True, 0]`` as the ints ``[0, 1, 0]``; kept as objects, the

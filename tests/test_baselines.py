@@ -110,7 +110,8 @@ def test_memory_aware_placers_spread_a_graph_too_big_for_one_device():
 
 
 def test_placers_keep_each_device_of_a_heterogeneous_cluster_within_its_own_budget():
-    """Devices of 20%, 50% and 50% of the graph's demand: a placer that reads one device's size for all overfills device 0."""
+    """Devices of 20%, 50% and 50% of the graph's demand: a placer that took one device's size for all
+    would overfill device 0."""
     g = layered_dag(4, num_ops=60)
     demand = unit_demand(g)
     memory = [int(demand.sum() * share) for share in (0.2, 0.5, 0.5)]

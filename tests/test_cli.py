@@ -37,24 +37,26 @@ def test_placer_comparison_command_prints_the_table_and_writes_json(tmp_path):
 
 
 def test_placer_comparison_writes_one_trace_per_placed_placer(tmp_path, capsys):
-    """--traces-dir: DIR/<placer>.json is the simulate command's trace of that placer's placement; none for a placer that could not place."""
+    """--traces-dir: DIR/<placer>.json is the simulate command's trace of that placer's placement;
+    none for a placer that could not place."""
     g = load_graph("synthetic/1")
     argv = ["--graph", "synthetic/1", "--devices", "2", "--placers", "single,heft"]
     assert baselines_main(argv + ["--placements-dir", str(tmp_path / "p"), "--traces-dir", str(tmp_path / "t")]) == 0
     capsys.readouterr()
     assert sorted(x.name for x in (tmp_path / "t").iterdir()) == ["heft.json", "single.json"]
     for placer in ("single", "heft"):
-        env_main(["simulate", "--graph", "synthetic/1", "--devices", "2", "--placement", str(tmp_path / "p" / f"{placer}.json"),
-                  "--trace", str(tmp_path / f"{placer}.json"), "--json"])
-        assert (tmp_path / "t" / f"{placer}.json").read_text() == (tmp_path / f"{placer}.json").read_text()
+        given, trace = tmp_path / "p" / f"{placer}.json", tmp_path / f"{placer}.json"
+        assert env_main(["simulate", "--graph", "synthetic/1", "--devices", "2", "--placement", str(given),
+                         "--trace", str(trace), "--json"]) == 0
+        assert (tmp_path / "t" / f"{placer}.json").read_text() == trace.read_text()
     heft = json.loads((tmp_path / "t" / "heft.json").read_text())
     assert heft["otherData"]["makespan_s"] == simulate(g, read_placement(tmp_path / "p" / "heft.json", g),
                                                          Cluster.preset("p100", 2)).makespan
     small = Cluster([Device(f"d{i}", 1.0, int(unit_demand(g).sum() * 0.6)) for i in range(2)],
                     np.full((2, 2), 1e10), np.full((2, 2), 1e-5))
     small.to_json(tmp_path / "small.json")
-    assert baselines_main(["--graph", "synthetic/1", "--cluster", str(tmp_path / "small.json"), "--placers", "single,heft",
-                           "--traces-dir", str(tmp_path / "t2")]) == 0
+    assert baselines_main(["--graph", "synthetic/1", "--cluster", str(tmp_path / "small.json"),
+                           "--placers", "single,heft", "--traces-dir", str(tmp_path / "t2")]) == 0
     assert "single         infeasible" in capsys.readouterr().out
     assert [x.name for x in (tmp_path / "t2").iterdir()] == ["heft.json"]
 
