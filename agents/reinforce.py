@@ -34,8 +34,10 @@ from .features_extractor import observation_sizes
 from .heads import NodeDeviceHead
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReinforceConfig:
+    """The REINFORCE agent's settings. Frozen: they are checked once, when built, and cannot change after."""
+
     encoder: str = "fadp-gt"
     encoder_kwargs: dict = field(default_factory=dict)
     head_hidden: int = 64
@@ -109,11 +111,12 @@ def discounted_returns(rewards: list[float], gamma: float) -> Tensor:
     return torch.tensor(out[::-1], dtype=torch.float32)
 
 
-def train_reinforce(env: gym.Env, config: ReinforceConfig = ReinforceConfig(),
+def train_reinforce(env: gym.Env, config: ReinforceConfig | None = None,
                     network: PlacementNetwork | None = None, time_budget: float | None = None,
                     callback=None) -> tuple[PlacementNetwork, list[dict]]:
     """Train on ``env`` (a ``DevicePlacement-v0``); returns the network and one record per episode
     (``episode``, ``return``, ``best_makespan`` s, ``best_oom``, ``best_placement``, ``seconds``)."""
+    config = config or ReinforceConfig()
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     net = network or PlacementNetwork(env.observation_space, config.encoder, config.encoder_kwargs,

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 import placement_env  # noqa: F401  (registers the environments)

@@ -1,5 +1,7 @@
 """The placement policy under stable-baselines3, the REINFORCE agent and checkpoints."""
 
+import dataclasses
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -116,6 +118,8 @@ def test_reinforce_runs_the_papers_loop_and_checkpoints_round_trip(tmp_path):
     assert all(np.isfinite(h["return"]) and h["best_makespan"] > 0 for h in history)
     again, history2 = train_reinforce(env, config)
     assert [h["return"] for h in history] == [h["return"] for h in history2]  # seeded
+    for name, value in net.state_dict().items():
+        torch.testing.assert_close(again.state_dict()[name], value, rtol=0, atol=0)
     path = tmp_path / "agent.pt"
     save_network(net, config, path, env.observation_space)
     loaded, loaded_config, _ = load_network(path)
@@ -187,3 +191,10 @@ def test_a_policy_on_another_environment_says_what_it_needs():
 def test_reinforce_settings_are_checked_by_name(setting, message):
     with pytest.raises(ValueError, match=message):
         ReinforceConfig(**setting)
+
+
+def test_reinforce_settings_cannot_change_after_they_were_checked():
+    config = ReinforceConfig(episodes=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.epsilon = 1.5  # would bypass the check above
+    assert config.epsilon == 0.1
