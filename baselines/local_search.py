@@ -38,7 +38,7 @@ def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
     """Improve ``placement`` (a device per node, colocation honoured) by moves and swaps of units."""
     rng = np.random.default_rng(seed)
     p = check_placement(graph, placement, cluster)
-    m, nu = cluster.num_devices, graph.num_units
+    m = cluster.num_devices
     current = graph.unit_placement(p)
     simulator = Simulator(graph, cluster)
     cur_mk, cur_over = _score(simulator, graph, current[None, :])
@@ -49,18 +49,7 @@ def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
         if deadline is not None and time.perf_counter() > deadline:
             break
         rounds += 1
-        cand = np.repeat(current[None, :], batch, axis=0)
-        n_moves = batch - batch // 2
-        units = rng.integers(0, nu, n_moves)
-        shift = rng.integers(1, m, n_moves)
-        cand[np.arange(n_moves), units] = (current[units] + shift) % m
-        for row in range(n_moves, batch):
-            a, b = rng.integers(0, nu, 2)
-            if current[a] == current[b]:
-                b = _other_device_unit(current, a, rng)
-                if b < 0:
-                    continue
-            cand[row, a], cand[row, b] = current[b], current[a]
+        cand = neighbours(current, m, batch, rng)
         mk, over = _score(simulator, graph, cand)
         evaluations += batch
         best = int(np.lexsort((mk, over))[0])
@@ -70,6 +59,30 @@ def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
             stale += 1
         history.append(cur_mk)
     return RefineResult(graph.expand_unit_placement(current), cur_mk, cur_over, rounds, evaluations, history)
+
+
+def neighbours(units: np.ndarray, num_devices: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` unit placements (rows) next to ``units`` (a device per placement unit), as :func:`refine` draws them.
+
+    The first ``count - count // 2`` rows each move one unit, drawn at random,
+    to another device; the others each swap the devices of two units on
+    different devices (such a row stays ``units`` when every unit is on one
+    device). ``num_devices`` must be at least 2.
+    """
+    nu = units.shape[0]
+    cand = np.repeat(units[None, :], count, axis=0)
+    n_moves = count - count // 2
+    moved = rng.integers(0, nu, n_moves)
+    shift = rng.integers(1, num_devices, n_moves)
+    cand[np.arange(n_moves), moved] = (units[moved] + shift) % num_devices
+    for row in range(n_moves, count):
+        a, b = rng.integers(0, nu, 2)
+        if units[a] == units[b]:
+            b = _other_device_unit(units, a, rng)
+            if b < 0:
+                continue
+        cand[row, a], cand[row, b] = units[b], units[a]
+    return cand
 
 
 def _score(simulator: Simulator, graph: ComputationGraph, unit_placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -5,16 +5,19 @@ Run: ``python benchmarks/simulator.py`` (add ``--json FILE`` to keep the figures
 Measures, single-threaded, on the training graph of a seeded layered DAG of
 500 forward ops (1,000 ops in all):
 
-* ``simulate_batch`` on 2,000 random unit placements and on 2,000 "search"
+* ``simulate_batch`` on 2,000 random unit placements, on 2,000 "search"
   placements (HEFT's placement with 5% of the units moved at random, the kind
-  of neighbourhood a search or a trained policy visits);
+  of neighbourhood a search or a trained policy visits) and on 2,000
+  neighbours of HEFT's placement as the local search draws them (one unit
+  moved, or two swapped: ``baselines.local_search.neighbours``);
 * ``simulate`` one placement at a time (building the full schedule);
 * the pure-Python heapq reference on a few of the same placements;
 
 the same batched rate, with the heapq reference's rate, on every shipped
 benchmark-suite training graph of 900 to 1,100 ops (``ptb``, ``nmt``, ``cifar10`` seeds
 chosen by size, not by hand: about 2.2 edges per op, where the synthetic graph
-above has 4; printed one by one and as minimum / median / maximum) and on two
+above has 4; printed one by one and as minimum / median / maximum; the rate on
+local-search neighbours too, as minimum / median / maximum) and on two
 real CNN training graphs (``resnet101``, ``inception_v3``: 1.4 edges per op);
 the time per op on a 100-op and a 1,000-op graph (does the cost grow with the
 working set?), and the wall time of one ``simulate`` call on a 10,000-op
@@ -38,6 +41,7 @@ import time
 import numpy as np
 
 from baselines import place
+from baselines.local_search import neighbours
 from machine import machine_line, machine_summary
 from placement_env import Cluster, layered_dag, load_graph, simulate, simulate_batch
 from placement_env.registry import SUITES
@@ -90,6 +94,16 @@ def _each(fn, graph, placements: np.ndarray, cluster) -> tuple:
     return (lambda: [fn(graph, p, cluster) for p in placements]), len(placements)
 
 
+def _heft_units(graph, cluster) -> np.ndarray:
+    """HEFT's placement of ``graph``, a device per placement unit."""
+    return graph.unit_placement(place("heft", graph, cluster))
+
+
+def _neighbour_placements(graph, units: np.ndarray, cluster, rng: np.random.Generator) -> np.ndarray:
+    """2,000 placements (per node) next to ``units``, as the local search draws them: one unit moved or two swapped."""
+    return neighbours(units, cluster.num_devices, 2000, rng)[:, graph.unit_of]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
@@ -102,9 +116,10 @@ def main() -> None:
     cluster = Cluster.preset("p100", args.devices)
     graph = layered_dag(0, num_ops=500)
     rng = np.random.default_rng(0)
+    neighbour_rng = np.random.default_rng(1)  # its own stream: the random placements stay those of earlier runs
     random_units = rng.integers(0, args.devices, (2000, graph.num_units))
     random_p = random_units[:, graph.unit_of]
-    heft_units = graph.unit_placement(place("heft", graph, cluster))
+    heft_units = _heft_units(graph, cluster)
     search_units = np.repeat(heft_units[None, :], 2000, axis=0)
     moved = rng.random(search_units.shape) < 0.05
     search_units[moved] = rng.integers(0, args.devices, int(moved.sum()))
@@ -112,6 +127,7 @@ def main() -> None:
     calls = {
         "batch_random": _batch(graph, random_p, cluster),
         "batch_search": _batch(graph, search_p, cluster),
+        "batch_neighbours": _batch(graph, _neighbour_placements(graph, heft_units, cluster, neighbour_rng), cluster),
         "single_random": _each(simulate, graph, random_p[:300], cluster),
         "reference_random": _each(simulate_reference, graph, random_p[:10], cluster),
     }
@@ -123,6 +139,9 @@ def main() -> None:
         g_ship = graphs[name]
         units = rng.integers(0, args.devices, (2000, g_ship.num_units))[:, g_ship.unit_of]
         calls[f"batch {name}"] = _batch(g_ship, units, cluster)
+        if name in sized:
+            calls[f"neighbours {name}"] = _batch(
+                g_ship, _neighbour_placements(g_ship, _heft_units(g_ship, cluster), cluster, neighbour_rng), cluster)
         calls[f"reference {name}"] = _each(simulate_reference, g_ship, units[:5], cluster)
 
     sizes = {}
@@ -143,6 +162,7 @@ def main() -> None:
         "devices": args.devices, "repeats": args.repeats,
         "batch_random_evals_per_s": rates["batch_random"],
         "batch_search_evals_per_s": rates["batch_search"],
+        "batch_neighbours_evals_per_s": rates["batch_neighbours"],
         "single_random_evals_per_s": rates["single_random"],
         "reference_random_evals_per_s": rates["reference_random"],
     }
@@ -160,6 +180,10 @@ def main() -> None:
         "median": float(np.median(sized_rates)), "max": max(sized_rates),
         "at_or_above_target": sum(r >= TARGET for r in sized_rates), "target": TARGET,
         "speedup_vs_reference": [min(sized_speedups), max(sized_speedups)]}
+    neighbour_rates = [rates[f"neighbours {name}"] for name in sized]
+    figures["sized_training_graphs_neighbours"] = {
+        "min": min(neighbour_rates), "median": float(np.median(neighbour_rates)), "max": max(neighbour_rates),
+        "at_or_above_target": sum(r >= TARGET for r in neighbour_rates)}
     figures["ns_per_op_by_graph_size"] = {ops: 1e9 / rates[key] / ops for ops, key in sizes.items()}
     figures["big_graph"] = {"ops": big.num_nodes, "edges": big.num_edges, "seconds": 1.0 / rates["big"]}
     figures["machine"] = machine_summary()
@@ -170,6 +194,7 @@ def main() -> None:
           f"best of {args.repeats} call{'s' if args.repeats > 1 else ''}")
     print(f"simulate_batch, random placements : {figures['batch_random_evals_per_s']:>10,.0f} evaluations/s")
     print(f"simulate_batch, search placements : {figures['batch_search_evals_per_s']:>10,.0f} evaluations/s")
+    print(f"simulate_batch, HEFT's neighbours : {figures['batch_neighbours_evals_per_s']:>10,.0f} evaluations/s")
     print(f"simulate (with schedule), random  : {figures['single_random_evals_per_s']:>10,.0f} evaluations/s")
     print(f"heapq reference, random           : {figures['reference_random_evals_per_s']:>10,.1f} evaluations/s")
     print(f"batch / reference speed-up        : {figures['speedup_batch_vs_reference']:>10,.0f}x")
@@ -181,6 +206,9 @@ def main() -> None:
           f"min {z['min']:,.0f}, median {z['median']:,.0f}, max {z['max']:,.0f} evaluations/s; "
           f"{z['at_or_above_target']} of {len(sized)} at or above {TARGET:,}/s; "
           f"{z['speedup_vs_reference'][0]:.0f}-{z['speedup_vs_reference'][1]:.0f}x heapq")
+    z = figures["sized_training_graphs_neighbours"]
+    print(f"the same graphs, HEFT's neighbours: min {z['min']:,.0f}, median {z['median']:,.0f}, max {z['max']:,.0f} "
+          f"evaluations/s; {z['at_or_above_target']} of {len(sized)} at or above {TARGET:,}/s")
     for ops, ns in figures["ns_per_op_by_graph_size"].items():
         print(f"time per op, {ops:>5}-op graph, random placements: {ns:6.0f} ns")
     b = figures["big_graph"]

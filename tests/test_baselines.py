@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from baselines import PLACERS, PlacementInfeasibleError, place, refine, repair_memory, unit_demand
+from baselines.local_search import neighbours
 from placement_env import Cluster, Device, layered_dag, load_graph, simulate
 from placement_env.simulator import check_placement
 
@@ -198,6 +199,26 @@ def test_local_search_never_gets_worse_and_improves_a_bad_start():
     assert all(b <= a for a, b in zip(res.history, res.history[1:]))
     assert res.makespan < simulate(g, start, c).makespan * 0.9
     check_placement(g, res.placement, c)
+
+
+@pytest.mark.parametrize("units, devices, count", [
+    (np.array([0, 1, 2, 0, 1, 2, 0]), 3, 9),
+    (np.array([1, 0]), 2, 8),
+    (np.zeros(5, dtype=np.int64), 4, 6),  # all on one device: no swap exists
+])
+def test_local_search_neighbours_are_single_moves_then_swaps(units, devices, count):
+    rows = neighbours(units, devices, count, np.random.default_rng(0))
+    assert rows.shape == (count, units.size) and rows.min() >= 0 and rows.max() < devices
+    moves = count - count // 2
+    for row in rows[:moves]:
+        (changed,) = np.nonzero(row != units)
+        assert changed.size == 1  # one unit, onto another device
+    for row in rows[moves:]:
+        changed = np.nonzero(row != units)[0]
+        if np.all(units == units[0]):
+            assert changed.size == 0
+        else:  # two units on different devices exchanged their devices
+            assert changed.size == 2 and row[changed[0]] == units[changed[1]] and row[changed[1]] == units[changed[0]]
 
 
 def test_local_search_drives_an_out_of_memory_placement_back_under_capacity():
