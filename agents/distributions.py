@@ -19,18 +19,18 @@ class NodeCategoricalDistribution(MultiCategoricalDistribution):
         super().__init__([num_devices] * num_nodes)
         self.num_nodes, self.num_devices = num_nodes, num_devices
 
-    def proba_distribution(self, action_logits: Tensor) -> "NodeCategoricalDistribution":
-        self.distribution = Categorical(logits=action_logits.view(-1, self.num_nodes, self.num_devices))
+    def proba_distribution(self, action_logits: Tensor) -> NodeCategoricalDistribution:
+        self.categorical = Categorical(logits=action_logits.view(-1, self.num_nodes, self.num_devices))
         return self
 
     def log_prob(self, actions: Tensor) -> Tensor:
-        return self.distribution.log_prob(actions.long().view(-1, self.num_nodes)).sum(dim=1)
+        return self.categorical.log_prob(actions.long().view(-1, self.num_nodes)).sum(dim=1)
 
     def entropy(self) -> Tensor:
-        return self.distribution.entropy().sum(dim=1)
+        return self.categorical.entropy().sum(dim=1)
 
     def sample(self) -> Tensor:
-        return self.distribution.sample()
+        return self.categorical.sample()
 
     def mode(self) -> Tensor:
-        return torch.argmax(self.distribution.probs, dim=-1)
+        return torch.argmax(self.categorical.probs, dim=-1)

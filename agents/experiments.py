@@ -23,8 +23,9 @@ What is measured, on this machine's CPUs:
   the same wall-clock budget (``--budget-seconds``), so the time spent is the budget; what differs between
   encoders, and what the table reports, is the search time until the run first saw its final best placement,
   plus the validating simulation;
-* each run is ``train.py`` on one graph (``--graphs K``: seeds 0..K-1 of the suite, each trained separately)
-  with one seed; a cell is the mean over the graphs, then mean +- standard deviation over ``--seeds``.
+* each run is :func:`agents.training.train` (what ``train.py`` runs) on one graph (``--graphs K``: seeds
+  0..K-1 of the suite, each trained separately) with one seed; a cell is the mean over the graphs, then
+  mean +- standard deviation over ``--seeds``.
 
 Runs are cached under ``--out``/runs by their full configuration, so tables that share runs (table2 and
 table3 and figure4; table4's full row, table5's full row and table2's FADP-GT row) train them once, and an
@@ -35,10 +36,8 @@ the command line and machine) and ``<table>.csv`` (one row per run) in ``--out``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import hashlib
-import io
 import json
 import os
 import platform
@@ -46,10 +45,17 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from placement_env.cli_common import check_output_paths
+from agents.training import TrainConfig, train
+from agents.training.run import check_config
+from baselines import PLACERS as ALL_PLACERS
+from baselines import PlacementInfeasibleError
+from placement_env import Cluster, load_graph, lower_bound, simulate
+from placement_env.cli import check_output_paths
+from placement_env.json_files import write_text_atomically
 
 SUITES = ("ptb", "cifar10", "nmt")
 DEVICE_COUNTS = (3, 5, 8)
@@ -113,50 +119,39 @@ class Settings:
                 "expected_moves": self.expected_moves, "initial_placement": self.initial_placement}
 
 
-QUICK = {"seeds": 1, "graphs": 1, "devices": (3,), "budget_seconds": 2.0, "hidden_dim": 16,
+QUICK: dict[str, Any] = {"seeds": 1, "graphs": 1, "devices": (3,), "budget_seconds": 2.0, "hidden_dim": 16,
          "models": ("vgg19", "resnet50"), "model_devices": 3}
 
 
 # ----------------------------------------------------------------------------------------------- running
 
-def train_argv(run: Run, settings: Settings, folder: Path) -> list[str]:
-    """The ``train.py`` command line of ``run``, writing to ``folder``."""
-    argv = ["--encoder", run.encoder, "--graph", run.graph, "--devices", str(run.devices),
-            "--seed", str(run.seed), "--budget-seconds", str(settings.budget_seconds), "--algo", settings.algo,
-            "--hidden-dim", str(settings.hidden_dim), "--expected-moves", str(settings.expected_moves),
-            "--initial-placement", settings.initial_placement, "--out", str(folder), "--progress", "off"]
-    for key, value in run.options:
-        argv += ["--encoder-option", f"{key}={json.dumps(value)}"]
-    return argv
+def train_config(run: Run, settings: Settings, folder: Path) -> TrainConfig:
+    """The training run ``run``, writing to ``folder``."""
+    return TrainConfig(encoder=run.encoder, graph=run.graph, devices=run.devices, seed=run.seed,
+                       budget_seconds=settings.budget_seconds, algo=settings.algo, hidden_dim=settings.hidden_dim,
+                       expected_moves=settings.expected_moves, initial_placement=settings.initial_placement,
+                       encoder_options=dict(run.options), out=str(folder))
 
 
 def run_training(run: Run, settings: Settings) -> dict:
-    """Train ``run`` with ``train.py`` (or reuse its cached result) and return its results JSON."""
-    import train
-
+    """Train ``run`` (or reuse its cached result) and return its results (``results.json``, with the curve)."""
     folder = settings.out / "runs" / run.key(settings.run_settings())
     results_file = folder / "results.json"
     if results_file.exists():
         return json.loads(results_file.read_text())
-    argv = train_argv(run, settings, folder)
     print(f"  {run.label or run.encoder:<24} {run.graph:<14} {run.devices} devices  seed {run.seed}", flush=True)
-    with contextlib.redirect_stdout(io.StringIO()):
-        train.main(argv)
-    results = json.loads(results_file.read_text())
-    if results.get("interrupted"):  # Ctrl-C: a cut-short run is not a result to keep or tabulate
-        results_file.unlink()
+    result = train(train_config(run, settings, folder))
+    if result.interrupted:  # Ctrl-C: a cut-short run is not a result to keep or tabulate
+        results_file.unlink(missing_ok=True)
         raise KeyboardInterrupt
+    results = dict(result.record)
     results["curve"] = json.loads((folder / "tracker.json").read_text())["curve"]
-    results_file.write_text(json.dumps(results, indent=1))
+    write_text_atomically(results_file, json.dumps(results, indent=1))
     return results
 
 
 def placer_rows(graph_names: list[str], devices: int) -> dict[str, tuple[float, float]]:
     """``{placer: (makespan s, placement wall time s)}`` and ``"lower bound"``, averaged over the graphs."""
-    from baselines import PLACERS as ALL_PLACERS
-    from baselines import PlacementInfeasibleError
-    from placement_env import Cluster, load_graph, lower_bound, simulate
-
     cluster = Cluster.preset("p100", devices)
     rows: dict[str, list[tuple[float, float]]] = {name: [] for name in PLACERS}
     rows["lower bound"] = []
@@ -183,7 +178,7 @@ class Cell:
     com: list[float]
 
     @staticmethod
-    def of(runs: list[dict], seeds: int) -> "Cell":
+    def of(runs: list[dict], seeds: int) -> Cell:
         exe, com = [], []
         for s in range(seeds):
             mine = [r for r in runs if r["seed"] == s]
@@ -398,7 +393,7 @@ def experiment_table6(settings: Settings, csv_rows: list[dict]) -> tuple[str, li
     return "\n".join(lines), findings
 
 
-def experiment_figure4(settings: Settings, csv_rows: list[dict]) -> str:
+def experiment_figure4(settings: Settings, csv_rows: list[dict]) -> tuple[str, list[str]]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -407,7 +402,8 @@ def experiment_figure4(settings: Settings, csv_rows: list[dict]) -> str:
     graphs_of = suite_graphs(settings)
     fig, axes = plt.subplots(len(settings.devices), len(SUITES), figsize=(4 * len(SUITES), 3 * len(settings.devices)),
                              squeeze=False, dpi=90)
-    lines = ["| Encoder | Dataset | GPUs | best after 25% of the steps (ms) | after 50% | final |", "|---|---|---|---|---|---|"]
+    lines = ["| Encoder | Dataset | GPUs | best after 25% of the steps (ms) | after 50% | final |",
+             "|---|---|---|---|---|---|"]
     for col, suite in enumerate(SUITES):
         for row, d in enumerate(settings.devices):
             ax = axes[row][col]
@@ -426,7 +422,7 @@ def experiment_figure4(settings: Settings, csv_rows: list[dict]) -> str:
                 mean = np.mean([np.interp(grid, s, v) for s, v in curves], axis=0) * 1e3
                 ax.plot(grid, mean, label=encoder, color=f"C{i}", linewidth=2.0 if encoder == "fadp-gt" else 1.0)
                 lines.append(f"| {encoder} | {suite} | {d} | {mean[12]:.3f} | {mean[25]:.3f} | {mean[-1]:.3f} |")
-            for j, placer in enumerate(("single", "heft")):
+            for placer in ("single", "heft"):
                 ax.axhline(placers[placer][0] * 1e3, linestyle="--", color="gray", linewidth=0.7)
             ax.axhline(placers["lower bound"][0] * 1e3, color="k", linewidth=0.7)
             ax.set_title(f"{suite}, {d} GPUs", fontsize=9)
@@ -437,7 +433,7 @@ def experiment_figure4(settings: Settings, csv_rows: list[dict]) -> str:
     settings.out.mkdir(parents=True, exist_ok=True)
     fig.savefig(settings.out / "figure4.png")
     plt.close(fig)
-    finals = {}
+    finals: dict[tuple[str, str], dict[str, float]] = {}
     for line in lines[2:]:
         cells_ = [c.strip() for c in line.strip("|").split("|")]
         finals.setdefault((cells_[1], cells_[2]), {})[cells_[0]] = float(cells_[5])
@@ -478,11 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     if min(settings.devices) < 1 or settings.model_devices < 1:
         parser.error(f"--devices and --model-devices must be >= 1, got {list(settings.devices)} and "
                      f"{settings.model_devices}")
-    import train
-
-    try:  # bad settings fail now, with train.py's message, not in the first run
-        train.check_args(train.build_parser().parse_args(
-            train_argv(Run("fadp-gt", "default", settings.devices[0], 0), settings, settings.out / "runs")))
+    try:  # bad settings fail now, with the training library's message, not in the first run
+        check_config(train_config(Run("fadp-gt", "default", settings.devices[0], 0), settings, settings.out / "runs"))
     except ValueError as exc:
         parser.error(str(exc))
     try:  # an unwritable --results or --out would otherwise fail after every run has trained

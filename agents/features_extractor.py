@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gymnasium as gym
+import numpy as np
 import torch
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import Tensor
@@ -45,15 +46,24 @@ class FeatureLayout:
         return nodes.reshape(b, n, d), graph, gpu, mask > 0.5, current, device.reshape(b, n, k)
 
 
-def observation_sizes(space: gym.spaces.Dict) -> tuple[int, int, int]:
+def binary_count(space: gym.Space) -> int:
+    """The length of a 1-D ``MultiBinary`` space (a mask of the placement observation)."""
+    n = getattr(space, "n", None)
+    if not isinstance(space, gym.spaces.MultiBinary) or not isinstance(n, (int, np.integer)):
+        raise ValueError(f"expected a 1-D MultiBinary mask in the placement observation, got {space}")
+    return int(n)
+
+
+def observation_sizes(space: gym.Space) -> tuple[int, int, int]:
     """``(max_nodes, node feature width F, max_devices)`` of a placement observation space."""
     needed = ("embedding", "gpu_onehot", "node_mask")
     if not isinstance(space, gym.spaces.Dict) or any(key not in space.spaces for key in needed):
         raise ValueError("the placement policies need the observation space of DevicePlacement-v0 (a Dict with "
                          f"{', '.join(needed)}, ...), got {space}")
-    n = int(space["node_mask"].n)
-    f = int(space["embedding"].shape[-1] if len(space["embedding"].shape) == 2 else space["embedding"].shape[0] // n)
-    return n, f, int(space["gpu_onehot"].n)
+    n = binary_count(space["node_mask"])
+    shape = space["embedding"].shape or (0,)
+    f = int(shape[-1] if len(shape) == 2 else shape[0] // n)
+    return n, f, binary_count(space["gpu_onehot"])
 
 
 class GraphFeaturesExtractor(BaseFeaturesExtractor):

@@ -52,7 +52,7 @@ class NodeDeviceHead(nn.Module):
         context = torch.cat([graph, gpu_onehot], dim=-1).unsqueeze(1).expand(b, n, -1)
         logits = self.mlp(torch.cat([nodes, context], dim=-1))
         devices = gpu_onehot.argmax(dim=-1, keepdim=True) + 1  # (B, 1) devices in the cluster
-        if self.stay_delta is not None and current_device is not None:
+        if self.stay_delta is not None and self.expected_moves is not None and current_device is not None:
             units = node_mask.sum(dim=1, keepdim=True).clamp(min=1).float()  # (B, 1)
             p = (self.expected_moves / units).clamp(max=0.5)
             base = torch.log((devices.float() - 1).clamp(min=1) * (1 - p) / p)  # (B, 1)

@@ -1,7 +1,8 @@
 """The FADP-GT paper's agent: REINFORCE with a graph encoder and a per-node device head (paper section 2.4).
 
 Read top to bottom: :class:`PlacementNetwork` is encoder + head;
-:func:`train_reinforce` runs episodes on ``DevicePlacement-v0``, sampling each
+:class:`Reinforce` (SB3's ``learn`` / ``save`` / ``load`` / ``predict``; :func:`train_reinforce` is a
+shortcut) runs episodes on ``DevicePlacement-v0``, sampling each
 node's device from the policy (multinomial) or, with probability
 ``epsilon``, uniformly among the cluster's devices (epsilon-greedy, seeded);
 rewards are clipped to ``[-reward_clip, reward_clip]``; after each episode
@@ -18,8 +19,10 @@ its variance; ``baseline_decay=0`` gives the plain estimator.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -28,7 +31,7 @@ from torch import Tensor, nn
 from torch.distributions import Categorical
 
 from graph_encoders import GraphBatch, build_encoder
-from placement_env.graph import checked_count, checked_finite
+from placement_env.checks import checked_count, checked_finite
 
 from .features_extractor import observation_sizes
 from .heads import NodeDeviceHead
@@ -66,7 +69,11 @@ class ReinforceConfig:
 
 
 class PlacementNetwork(nn.Module):
-    """Encoder + :class:`~agents.heads.NodeDeviceHead`: observation batch -> (B, N, D) device logits."""
+    """Encoder + :class:`~agents.heads.NodeDeviceHead`: observation batch -> (B, N, D) device logits.
+
+    ``optimizer`` is set by the algorithm that trains it (as SB3 policies carry theirs)."""
+
+    optimizer: torch.optim.Optimizer
 
     def __init__(self, observation_space: gym.spaces.Dict, encoder: str = "fadp-gt",
                  encoder_kwargs: dict | None = None, head_hidden: int = 64,
@@ -76,7 +83,7 @@ class PlacementNetwork(nn.Module):
         self.max_nodes, in_dim, self.max_devices = observation_sizes(observation_space)
         self.encoder = build_encoder(encoder, in_dim, **(encoder_kwargs or {}))
         self.head = NodeDeviceHead(self.encoder.out_dim, self.max_devices, head_hidden, expected_moves)
-        last = self.head.mlp[-1]  # start near the uniform policy: every device equally likely
+        last = cast(nn.Linear, self.head.mlp[-1])  # start near the uniform policy: every device equally likely
         nn.init.orthogonal_(last.weight, gain=0.01)
         nn.init.zeros_(last.bias)
 
@@ -111,53 +118,158 @@ def discounted_returns(rewards: list[float], gamma: float) -> Tensor:
     return torch.tensor(out[::-1], dtype=torch.float32)
 
 
-def train_reinforce(env: gym.Env, config: ReinforceConfig | None = None,
-                    network: PlacementNetwork | None = None, time_budget: float | None = None,
-                    callback=None) -> tuple[PlacementNetwork, list[dict]]:
-    """Train on ``env`` (a ``DevicePlacement-v0``); returns the network and one record per episode
-    (``episode``, ``return``, ``best_makespan`` s, ``best_oom``, ``best_placement``, ``seconds``)."""
-    config = config or ReinforceConfig()
-    torch.manual_seed(config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
-    net = network or PlacementNetwork(env.observation_space, config.encoder, config.encoder_kwargs,
-                                      config.head_hidden, config.expected_moves)
-    optimizer = torch.optim.Adam(net.parameters(), lr=config.learning_rate)
-    history: list[dict] = []
-    baseline: Tensor | None = None
-    start = time.perf_counter()
-    obs, info = env.reset(seed=config.seed)
-    for episode in range(config.episodes):
-        if episode:
-            obs, info = env.reset()
-        log_probs, rewards = [], []
-        done = False
-        while not done:
-            logits = net(obs)[0]
-            action, log_prob = sample_action(logits, config.epsilon, generator)
-            obs, reward, terminated, truncated, info = env.step(action.numpy())
-            log_probs.append(log_prob)
-            rewards.append(float(np.clip(reward, -config.reward_clip, config.reward_clip)))
-            done = terminated or truncated
+class Reinforce:
+    """The paper's REINFORCE agent with stable-baselines3's interface: ``learn`` / ``save`` / ``load`` / ``predict``.
+
+    ``Reinforce(env, config).learn(total_timesteps, callback)`` runs whole
+    episodes on ``env`` (a ``DevicePlacement-v0``) until ``total_timesteps``
+    environment steps or ``config.episodes`` episodes, whichever comes first,
+    updating the network after each episode. ``callback`` is an SB3
+    ``BaseCallback`` (or a list of them), called after every environment step
+    with ``infos`` and ``dones`` in its locals (and ``episode_record``, the
+    episode's record, on its last step); returning False stops training.
+
+    Attributes: ``policy`` (the :class:`PlacementNetwork`, with its Adam
+    optimizer as ``policy.optimizer``, as in SB3), ``num_timesteps``,
+    ``history`` (one record per episode: ``episode``, ``return``,
+    ``best_makespan`` s, ``best_oom``, ``best_placement``, ``graph``,
+    ``seconds``).
+    """
+
+    def __init__(self, env: gym.Env, config: ReinforceConfig | None = None,
+                 network: PlacementNetwork | None = None, tensorboard_log: str | None = None) -> None:
+        self.env = env
+        self.config = config or ReinforceConfig()
+        self.observation_space = cast(gym.spaces.Dict, env.observation_space)
+        torch.manual_seed(self.config.seed)
+        self.generator = torch.Generator().manual_seed(self.config.seed)
+        self.policy = network or PlacementNetwork(self.observation_space, self.config.encoder,
+                                                  self.config.encoder_kwargs, self.config.head_hidden,
+                                                  self.config.expected_moves)
+        self.policy.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.config.learning_rate)
+        self.tensorboard_log = tensorboard_log
+        self.num_timesteps = 0
+        self.episodes = 0
+        self.history: list[dict] = []
+        self._baseline: Tensor | None = None
+        self._logger: Any = None
+
+    def get_env(self) -> gym.Env:
+        return self.env
+
+    @property
+    def logger(self):
+        """SB3's logger (TensorBoard under ``tensorboard_log`` when given, else silent)."""
+        if self._logger is None:
+            from stable_baselines3.common.utils import configure_logger
+
+            self._logger = configure_logger(0, self.tensorboard_log, "reinforce", True)
+        return self._logger
+
+    def learn(self, total_timesteps: int, callback=None, progress_bar: bool = False,
+              reset_num_timesteps: bool = True, tb_log_name: str = "reinforce") -> Reinforce:
+        """Train for ``total_timesteps`` environment steps (or ``config.episodes`` episodes); returns self."""
+        from stable_baselines3.common.callbacks import CallbackList, ProgressBarCallback
+
+        if reset_num_timesteps:
+            self.num_timesteps, self.episodes = 0, 0
+        callbacks = list(callback) if isinstance(callback, (list, tuple)) else [callback] if callback else []
+        if progress_bar:
+            callbacks.append(ProgressBarCallback())
+        hooks = CallbackList(callbacks)
+        hooks.init_callback(cast(Any, self))  # SB3's callbacks need get_env, logger and num_timesteps only
+        total_timesteps = self.num_timesteps + total_timesteps if not reset_num_timesteps else total_timesteps
+        hooks.on_training_start({"total_timesteps": total_timesteps}, {})
+        config, start = self.config, time.perf_counter()
+        obs, info = self.env.reset(seed=config.seed + self.episodes)
+        running = True
+        while running and self.num_timesteps < total_timesteps and self.episodes < config.episodes:
+            log_probs, rewards, done = [], [], False
+            while not done:
+                logits = self.policy(obs)[0]
+                action, log_prob = sample_action(logits, config.epsilon, self.generator)
+                obs, reward, terminated, truncated, info = self.env.step(action.numpy())
+                self.num_timesteps += 1
+                log_probs.append(log_prob)
+                rewards.append(float(np.clip(float(reward), -config.reward_clip, config.reward_clip)))
+                done = terminated or truncated
+                record = self._update(log_probs, rewards, info, start) if done else None
+                hooks.update_locals({"infos": [info], "dones": [done], "episode_record": record})
+                if not hooks.on_step():
+                    running = False
+                    break
+            if done and running:
+                obs, info = self.env.reset()
+        hooks.on_training_end()
+        return self
+
+    def _update(self, log_probs: list[Tensor], rewards: list[float], info: dict, start: float) -> dict:
+        """One policy-gradient step on the finished episode; returns its record."""
+        config = self.config
         returns = discounted_returns(rewards, config.gamma)
         advantage = returns
         if config.baseline_decay > 0:
-            if baseline is None or baseline.shape != returns.shape:  # first episode (or a new length)
-                baseline = returns.clone()
-            advantage = returns - baseline
-            baseline = config.baseline_decay * baseline + (1 - config.baseline_decay) * returns
+            if self._baseline is None or self._baseline.shape != returns.shape:  # first episode (or a new length)
+                self._baseline = returns.clone()
+            advantage = returns - self._baseline
+            self._baseline = config.baseline_decay * self._baseline + (1 - config.baseline_decay) * returns
         loss = -(torch.stack(log_probs) * advantage).sum()
-        optimizer.zero_grad()
+        self.policy.optimizer.zero_grad()
         loss.backward()
-        optimizer.step()
-        record = {"episode": episode, "return": float(sum(rewards)), "best_makespan": info["best_makespan"],
+        self.policy.optimizer.step()
+        record = {"episode": self.episodes, "return": float(sum(rewards)), "best_makespan": info["best_makespan"],
                   "best_oom": info["best_oom"], "best_placement": info["best_placement"], "graph": info["graph"],
                   "seconds": time.perf_counter() - start}
-        history.append(record)
-        if callback is not None and callback(record) is False:
-            break
-        if time_budget is not None and record["seconds"] > time_budget:
-            break
-    return net, history
+        self.episodes += 1
+        self.history.append(record)
+        return record
+
+    @torch.no_grad()
+    def predict(self, observation: dict, state=None, episode_start=None,
+                deterministic: bool = False) -> tuple[np.ndarray, None]:
+        """A device per unit for ``observation`` (argmax when ``deterministic``), as SB3's ``predict``."""
+        logits = self.policy(observation)[0]
+        if deterministic:
+            return logits.argmax(dim=-1).numpy(), None
+        return Categorical(logits=logits).sample().numpy(), None
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the project's checkpoint (:mod:`agents.checkpoints`): settings as JSON, weights as tensors."""
+        from .checkpoints import save_checkpoint
+
+        save_checkpoint(self, path, "reinforce", config_dict(self.config))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, env: gym.Env) -> Reinforce:
+        """The agent saved at ``path``, on ``env`` (which must have the saved observation space)."""
+        from .checkpoints import load_model
+
+        model = load_model(path, env)
+        if not isinstance(model, cls):
+            raise ValueError(f"{str(path)!r} holds a {type(model).__name__} model, not a REINFORCE agent")
+        return model
+
+
+def train_reinforce(env: gym.Env, config: ReinforceConfig | None = None,
+                    network: PlacementNetwork | None = None, time_budget: float | None = None,
+                    callback=None) -> tuple[PlacementNetwork, list[dict]]:
+    """Train on ``env`` for ``config.episodes`` episodes (or ``time_budget`` seconds); returns the network and
+    one record per episode (see :class:`Reinforce`). ``callback(record)`` is called after each episode;
+    returning False stops training."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class EveryEpisode(BaseCallback):
+        def _on_step(self) -> bool:
+            record = self.locals.get("episode_record")
+            if record is None:
+                return True
+            if callback is not None and callback(record) is False:
+                return False
+            return time_budget is None or record["seconds"] <= time_budget
+
+    model = Reinforce(env, config, network)
+    model.learn(total_timesteps=2**62, callback=EveryEpisode())
+    return model.policy, model.history
 
 
 @torch.no_grad()
@@ -165,7 +277,7 @@ def greedy_placement(network: PlacementNetwork, env: gym.Env, steps: int | None 
                      seed: int = 0) -> tuple[np.ndarray, float]:
     """Run argmax actions for ``steps`` steps (default: one episode); best ``(node placement, makespan s)``."""
     obs, info = env.reset(seed=seed)
-    steps = steps or getattr(env.unwrapped, "episode_length", 1)
+    steps = int(steps or getattr(env.unwrapped, "episode_length", None) or 1)
     for _ in range(steps):
         action = network(obs)[0].argmax(dim=-1).numpy()
         obs, _, terminated, truncated, info = env.step(action)

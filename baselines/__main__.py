@@ -14,10 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-from placement_env.chrome_trace import write_chrome_trace
-from placement_env.cli_common import (add_graph_and_cluster_args, check_output_paths, graph_and_cluster_from_args,
-                                     run_cli)
-from placement_env.placement_io import write_placement
+from placement_env.cli import add_graph_and_cluster_args, check_output_paths, graph_and_cluster_from_args, run_cli
+from placement_env.graph.placement_io import write_placement
+from placement_env.sim.chrome_trace import write_chrome_trace
 
 from . import PLACERS
 from .compare import compare_placers, format_table

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from placement_env import Cluster, ComputationGraph, SimulationResult, lower_bound, simulate
+from placement_env.cluster import Cluster
+from placement_env.graph.model import ComputationGraph
+from placement_env.sim.simulator import SimulationResult, lower_bound, simulate
 
 from .memory import PlacementInfeasibleError
 
@@ -73,6 +75,7 @@ def format_table(rows: list[ComparisonRow], graph: ComputationGraph, cluster: Cl
         if r.error:
             lines.append(f"{r.placer:<14} {r.error}")
             continue
+        assert r.makespan is not None and r.lb_ratio is not None and r.max_memory_ratio is not None
         lines.append(f"{r.placer:<14} {r.makespan * 1e3:>13.3f} {r.lb_ratio:>6.3f} {r.max_memory_ratio:>14.3f} "
                      f"{'yes' if r.oom else 'no':>4} {r.place_seconds:>9.3f}")
     return "\n".join(lines)

@@ -13,7 +13,8 @@ import heapq
 
 import numpy as np
 
-from placement_env import Cluster, ComputationGraph
+from placement_env.cluster import Cluster
+from placement_env.graph.model import ComputationGraph
 
 from .list_scheduling import ListSchedule, downward_rank, upward_rank
 

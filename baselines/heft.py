@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from placement_env import Cluster, ComputationGraph
+from placement_env.cluster import Cluster
+from placement_env.graph.model import ComputationGraph
 
 from .list_scheduling import ListSchedule, upward_rank
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from placement_env import Cluster, ComputationGraph
+from placement_env.cluster import Cluster
+from placement_env.graph.model import ComputationGraph
 
 from .memory import MemoryBudget
 

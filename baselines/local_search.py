@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placement_env import Cluster, ComputationGraph, Simulator
-from placement_env.simulator import check_placement
+from placement_env.cluster import Cluster
+from placement_env.graph.model import ComputationGraph
+from placement_env.sim.simulator import Simulator, check_placement
 
 from .memory import overflow_bytes
 
@@ -41,8 +42,8 @@ def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
     m = cluster.num_devices
     current = graph.unit_placement(p)
     simulator = Simulator(graph, cluster)
-    cur_mk, cur_over = _score(simulator, graph, current[None, :])
-    cur_mk, cur_over = float(cur_mk[0]), float(cur_over[0])
+    first_mk, first_over = _score(simulator, graph, current[None, :])
+    cur_mk, cur_over = float(first_mk[0]), float(first_over[0])
     history, evaluations, stale, rounds = [cur_mk], 1, 0, 0
     deadline = None if time_budget is None else time.perf_counter() + time_budget
     while rounds < max_rounds and stale < patience and m > 1:

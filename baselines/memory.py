@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from placement_env import Cluster, ComputationGraph
-from placement_env.features import unit_graph
-from placement_env.graph import checked_instance
-from placement_env.simulator import DEFAULT_PARAM_FACTOR
+from placement_env.checks import checked_instance
+from placement_env.cluster import Cluster
+from placement_env.graph.model import ComputationGraph
+from placement_env.graph.units import unit_graph
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
 
 
 def format_bytes(nbytes: float) -> str:

@@ -22,12 +22,13 @@ placer so that this never reaches the user:
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from placement_env import Cluster, ComputationGraph, Simulator
-from placement_env.simulator import DEFAULT_PARAM_FACTOR, check_placement
+from placement_env.cluster import Cluster
+from placement_env.graph.model import ComputationGraph
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_placement
 
 from .memory import PlacementInfeasibleError, format_bytes, overflow_bytes, unit_demand
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import time
 
 from machine import machine_line
+
 from placement_env import layered_dag
-from placement_env.coarsen import coarsen
+from placement_env.graph.coarsen import coarsen
 
 
 def main() -> None:

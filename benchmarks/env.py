@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 
 import gymnasium as gym
+from machine import machine_line
 
 import placement_env  # noqa: F401 - registers the environments
-from machine import machine_line
 from placement_env import layered_dag
 
 
@@ -38,9 +38,10 @@ def main() -> None:
     for label, graph in (("default graph", "default"), ("500-unit graph", big)):
         for env_id in ("DevicePlacement-v0", "DevicePlacementSequential-v0"):
             env = gym.make(env_id, graph=graph)
-            units = env.unwrapped.task.units[0].num_units
+            task = env.unwrapped.task  # type: ignore[attr-defined]
+            units = task.units[0].num_units
             rate = steps_per_second(env)
-            print(f"{env_id:<30} {label:<15} ({units} units, {env.unwrapped.task.graphs[0].num_nodes} ops): "
+            print(f"{env_id:<30} {label:<15} ({units} units, {task.graphs[0].num_nodes} ops): "
                   f"{rate:8,.0f} steps/s")
 
 

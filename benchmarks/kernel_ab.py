@@ -30,11 +30,10 @@ import tempfile
 import time
 
 import numpy as np
-
 from machine import machine_line
-from placement_env import Cluster, layered_dag, load_graph
-from placement_env import simulator_kernel
-from placement_env.simulator import Simulator
+
+from placement_env import Cluster, layered_dag, load_graph, simulator_kernel
+from placement_env.sim.simulator import Simulator
 
 GRAPHS = ("synthetic", "ptb/12", "nmt/5")
 

@@ -39,14 +39,13 @@ import json
 import time
 
 import numpy as np
+from machine import machine_line, machine_summary
 
 from baselines import place
 from baselines.local_search import neighbours
-from machine import machine_line, machine_summary
 from placement_env import Cluster, layered_dag, load_graph, simulate, simulate_batch
-from placement_env.registry import SUITES
-from placement_env.simulator_reference import simulate_reference
-
+from placement_env.sim.reference import simulate_reference
+from placement_env.zoo.registry import SUITES
 
 SIZE_RANGE = (900, 1100)  # "a training graph of about 1,000 ops"
 SIZED_SUITES = ("ptb", "nmt", "cifar10")
@@ -166,7 +165,8 @@ def main() -> None:
         "single_random_evals_per_s": rates["single_random"],
         "reference_random_evals_per_s": rates["reference_random"],
     }
-    figures["speedup_batch_vs_reference"] = figures["batch_random_evals_per_s"] / figures["reference_random_evals_per_s"]
+    figures["speedup_batch_vs_reference"] = (figures["batch_random_evals_per_s"]
+                                             / figures["reference_random_evals_per_s"])
     shipped = {name: {"ops": graphs[name].num_nodes, "edges": graphs[name].num_edges,
                       "batch_random_evals_per_s": rates[f"batch {name}"],
                       "reference_random_evals_per_s": rates[f"reference {name}"]}
@@ -214,8 +214,8 @@ def main() -> None:
     b = figures["big_graph"]
     print(f"{b['ops']:,}-op graph ({b['edges']:,} edges), one simulate call: {b['seconds'] * 1e3:.1f} ms")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+        with open(args.json, "w") as stream:
+            json.dump(figures, stream, indent=1)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-
 from machine import machine_line  # noqa: E402
-from placement_env.torch_import import from_torch  # noqa: E402
 from resnet50_model import ResNet50  # noqa: E402
+
+from placement_env.importers.pytorch import from_torch  # noqa: E402
 
 
 def main() -> None:

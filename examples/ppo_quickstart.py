@@ -3,7 +3,7 @@ import sys
 import gymnasium as gym
 from stable_baselines3 import PPO
 
-import placement_env  # registers DevicePlacement-v0
+import placement_env  # noqa: F401 - registers DevicePlacement-v0
 from baselines import place
 from placement_env import simulate
 
@@ -13,12 +13,13 @@ model = PPO("MultiInputPolicy", env, n_steps=256, batch_size=64, seed=0)
 model.learn(total_timesteps=steps)
 
 obs, info = env.reset(seed=0)
-start = info["makespan"]  # the starting placement: everything on one GPU
+start = float(info["makespan"])  # the starting placement: everything on one GPU
 for _ in range(8):
-    action, _ = model.predict(obs, deterministic=True)
-    obs, reward, terminated, truncated, info = env.step(action)
+    action, _state = model.predict(obs, deterministic=True)
+    obs, _reward, _terminated, _truncated, info = env.step(action)
 
-graph, cluster = env.unwrapped.task.graphs[0], env.unwrapped.task.cluster
+task = env.unwrapped.task  # type: ignore[attr-defined]
+graph, cluster = task.graphs[0], task.cluster
 print(f"{'start (one GPU)':<16} {start * 1e3:8.2f} ms")
 print(f"{'PPO, best seen':<16} {info['best_makespan'] * 1e3:8.2f} ms")
 for name in ("round-robin", "heft", "m-etf", "local-search"):

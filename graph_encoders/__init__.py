@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 
-from placement_env.graph import checked_count, checked_finite
+from placement_env.checks import checked_count, checked_finite
 
 from .base import GraphEncoder
 from .batch import GraphBatch

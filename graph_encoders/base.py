@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any, cast
+
 from torch import Tensor, nn
 
 from .batch import GraphBatch
@@ -11,6 +14,12 @@ def check_heads(hidden_dim: int, heads: int) -> None:
     """Multi-head attention splits ``hidden_dim`` into ``heads`` equal parts: refuse a split that is not exact."""
     if hidden_dim % heads:
         raise ValueError(f"hidden size {hidden_dim} is not divisible by {heads} heads")
+
+
+def reset_each(modules: Iterable[nn.Module]) -> None:
+    """Call ``reset_parameters()`` of every module (each layer of this package has one, as in PyG)."""
+    for module in modules:
+        cast(Any, module).reset_parameters()
 
 
 class GraphEncoder(nn.Module):

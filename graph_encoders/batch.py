@@ -29,7 +29,7 @@ class GraphBatch:
     gpu_onehot: Tensor
 
     @classmethod
-    def from_observation(cls, obs: dict) -> "GraphBatch":
+    def from_observation(cls, obs: dict) -> GraphBatch:
         """Accepts one observation or a batch, numpy or torch, flat or matrix-shaped."""
         t = {k: torch.as_tensor(v) for k, v in obs.items()}
         if t["node_mask"].dim() == 1:  # a single observation

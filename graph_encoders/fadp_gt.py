@@ -12,11 +12,10 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-
 import torch
 from torch import Tensor, nn
 
-from .base import GraphEncoder
+from .base import GraphEncoder, reset_each
 from .batch import GraphBatch
 from .dpfr import DPFR
 from .faga import FAGALayer, sparse_block_diagonal
@@ -61,8 +60,7 @@ class FADPGT(GraphEncoder):
 
     def reset_parameters(self) -> None:
         self.embed.reset_parameters()
-        for layer in list(self.faga) + list(self.dpfr):
-            layer.reset_parameters()
+        reset_each(list(self.faga) + list(self.dpfr))
 
     def forward(self, batch: GraphBatch) -> tuple[Tensor, Tensor]:
         # nodes past the largest graph of the batch are padding everywhere: leave them out of the N x N work

@@ -110,9 +110,11 @@ class FAGALayer(nn.Module):
         key_mask = mask[:, None, None, :]
         m = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)  # softmax(QK^T / sqrt(d_h)) V
         if self.use_adjacency:  # \hat A (softmax V) as a sparse product: never an N^3 or even N^2 d term
+            assert adj_hat is not None, "use_adjacency needs adj_hat"
             m = propagate(adj_hat, m)
         if self.uses_spectrum:
             coef = self.modulation_coefficients() / math.sqrt(self.dim // self.heads)  # I_h / sqrt(d_h)
+            assert maps is not None, "the frequency terms need maps"
             m = modulated_attention(q, k, m, coef, maps, mask)
         merged = m.transpose(1, 2).reshape(b, n, self.dim)
         return zero_padding(self.norm(x + self.out(merged)), mask)

@@ -1,4 +1,7 @@
-r"""GCN (Kipf & Welling, 2017): :math:`X' = \hat D^{-1/2} \hat A \hat D^{-1/2} X W`, via ``torch_geometric.nn.GCNConv``."""
+r"""GCN (Kipf & Welling, 2017): :math:`X' = \hat D^{-1/2} \hat A \hat D^{-1/2} X W`.
+
+Via ``torch_geometric.nn.GCNConv``.
+"""
 
 from torch import nn
 from torch_geometric.nn import GCNConv

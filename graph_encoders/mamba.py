@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from placement_env.features import STATIC_FEATURES
+from placement_env.graph.units import STATIC_FEATURES
 
 from .base import GraphEncoder
 from .batch import GraphBatch

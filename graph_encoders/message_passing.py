@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .base import GraphEncoder
+from .base import GraphEncoder, reset_each
 from .batch import GraphBatch
 from .pooling import masked_mean, zero_padding
 
@@ -29,8 +29,7 @@ class MessagePassingEncoder(GraphEncoder):
 
     def reset_parameters(self) -> None:
         self.embed.reset_parameters()
-        for conv in self.convs:
-            conv.reset_parameters()
+        reset_each(self.convs)
 
     def forward(self, batch: GraphBatch) -> tuple[Tensor, Tensor]:
         b, n, _ = batch.x.shape

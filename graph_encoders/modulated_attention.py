@@ -61,7 +61,7 @@ class _ModulatedAttention(torch.autograd.Function):
         out = torch.empty(q.shape[:-1] + m.shape[-1:], dtype=m.dtype, device=m.device)
         for i in range(0, b, step):
             sl = slice(i, i + step)
-            mod = mod_all if shared else _modulation(coef, maps[sl])
+            mod = _modulation(coef, maps[sl]) if mod_all is None else mod_all
             _, p = _probabilities(q[sl], k[sl], mod, None if key_mask is None else key_mask[sl])
             torch.matmul(p, m[sl], out=out[sl])
         ctx.save_for_backward(q, k, m, coef, maps, out)
@@ -84,20 +84,20 @@ class _ModulatedAttention(torch.autograd.Function):
         d_mod = torch.zeros(h, area, dtype=q.dtype, device=q.device) if shared else None
         for i in range(0, b, step):
             sl = slice(i, i + step)
-            mod = mod_all if shared else _modulation(coef, maps[sl])
+            mod = _modulation(coef, maps[sl]) if mod_all is None else mod_all
             scores, p = _probabilities(q[sl], k[sl], mod, None if key_mask is None else key_mask[sl])
             go = grad_out[sl]
             torch.matmul(p.transpose(-1, -2), go, out=dm[sl])
             d_logits = (go @ m[sl].transpose(-1, -2)).sub_(row_dot[sl]).mul_(p)  # softmax backward
             scores.mul_(d_logits)  # d loss / d I_h, per graph
-            if shared:  # summed over graphs here, multiplied by the maps once at the end
+            if d_mod is not None:  # shared maps: summed over graphs here, multiplied by the maps once at the end
                 d_mod += scores.sum(dim=0).view(h, area)
             else:
                 dcoef_maps += (scores.view(-1, h, area) @ maps[sl].view(-1, maps.shape[1], area).transpose(1, 2)).sum(0)
             d_scores = d_logits.mul_(mod)
             torch.matmul(d_scores, k[sl], out=dq[sl])
             torch.matmul(d_scores.transpose(-1, -2), q[sl], out=dk[sl])
-        if shared:
+        if d_mod is not None:
             dcoef_maps = d_mod @ maps.view(-1, area).t()
         return dq, dk, dm, dcoef_maps, None, None
 

@@ -100,5 +100,6 @@ class PGNN(GraphEncoder):
         for layer in self.layers:
             h, z = layer(h, anchor, weight)
             h = zero_padding(h, mask)
+        assert z is not None  # num_layers >= 1
         out = zero_padding(self.output(torch.cat([h, z], dim=-1)), mask)
         return out, masked_mean(out, mask)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .base import GraphEncoder, check_heads
+from .base import GraphEncoder, check_heads, reset_each
 from .batch import GraphBatch
 from .pooling import masked_mean, zero_padding
 
@@ -41,8 +41,7 @@ class Transformer(GraphEncoder):
 
     def reset_parameters(self) -> None:
         self.embed.reset_parameters()
-        for layer in self.layers:
-            layer.reset_parameters()
+        reset_each(self.layers)
 
     def forward(self, batch: GraphBatch) -> tuple[Tensor, Tensor]:
         mask = batch.node_mask

@@ -1,58 +1,94 @@
-"""Device placement of computation graphs: graphs, clusters and the step-time simulator.
+"""Device placement of computation graphs: graphs, clusters, the step-time simulator and the environments.
 
 The data path: a :class:`ComputationGraph` (``load_graph``) and a :class:`Cluster`
 (``Cluster.preset``) go into :func:`simulate` with a placement (a device per
 node), which returns the makespan, per-device peak memory and busy time, the
-OOM flag and the schedule. Semantics: ``shared/spec/simulator.md``.
+OOM flag and the schedule. Semantics: ``docs/spec/simulator.md``.
+
+The layers, each a subpackage, each importing only those before it:
+
+1. :mod:`.checks`, :mod:`.json_files` (validators, files), :mod:`.cluster` and :mod:`.graph`;
+2. :mod:`.sim`, the simulator;
+3. :mod:`.importers` (PyTorch) and :mod:`.zoo` (the shipped graphs by name), then :mod:`.cli`;
+4. the placers of the top-level package :mod:`baselines`, built on the layers above;
+5. :mod:`.envs`, the Gymnasium environments, which start episodes from those placers.
+
+This module re-exports the public names of every layer. The environments and
+:func:`from_torch` are loaded on first use (``placement_env.DevicePlacementEnv``
+imports :mod:`.envs`): the environments sit above :mod:`baselines`, which
+imports the layers below them, and torch is only needed to trace a model.
+``import placement_env`` registers ``DevicePlacement-v0`` and
+``DevicePlacementSequential-v0`` with Gymnasium.
 """
 
-from .cluster import DEVICE_KINDS, Cluster, Device
-from .coarsen import coarsen, coarsen_to_fit
-from .graph import ComputationGraph, Edge, Node
-from .graph_io import read_graph, write_graph
-from .placement_io import placement_from_json, read_placement, write_placement
-from .registry import DEFAULT_GRAPH, SUITES, list_graphs, load_graph, load_suite
-from .simulator import (
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from placement_env.cluster import DEVICE_KINDS, Cluster, Device
+from placement_env.envs.registration import register_environments
+from placement_env.graph import (
+    ComputationGraph,
+    Edge,
+    Node,
+    coarsen,
+    coarsen_to_fit,
+    layered_dag,
+    placement_from_json,
+    read_graph,
+    read_placement,
+    to_training_graph,
+    two_chains,
+    write_graph,
+    write_placement,
+)
+from placement_env.sim import (
     BatchResult,
     Schedule,
     SimulationResult,
     Simulator,
     check_placement,
+    chrome_trace,
     critical_path,
     lower_bound,
+    memory_timeline,
     simulate,
     simulate_batch,
+    write_chrome_trace,
 )
-from .memory_timeline import memory_timeline
-from .chrome_trace import chrome_trace, write_chrome_trace
-from .synthetic import layered_dag, two_chains
-from .training_graph import to_training_graph
-from .env import DevicePlacementEnv
-from .placement_task import unflatten_observation
-from .sequential_env import DevicePlacementSequentialEnv
+from placement_env.zoo import DEFAULT_GRAPH, SUITES, list_graphs, load_graph, load_suite
 
-import gymnasium as _gym
+if TYPE_CHECKING:
+    from placement_env.envs.device_placement import DevicePlacementEnv
+    from placement_env.envs.sequential import DevicePlacementSequentialEnv
+    from placement_env.envs.task import unflatten_observation
+    from placement_env.importers.pytorch import from_torch
 
-
-def from_torch(module, example_inputs, **kwargs):
-    """Trace a PyTorch module into a :class:`ComputationGraph` (see :mod:`placement_env.torch_import`;
-    imported on first use, so that the simulator does not load torch)."""
-    from .torch_import import from_torch as _from_torch
-
-    return _from_torch(module, example_inputs, **kwargs)
+_ON_FIRST_USE = {  # name -> module that defines it
+    "DevicePlacementEnv": "placement_env.envs.device_placement",
+    "DevicePlacementSequentialEnv": "placement_env.envs.sequential",
+    "unflatten_observation": "placement_env.envs.task",
+    "from_torch": "placement_env.importers.pytorch",
+}
 
 
-if "DevicePlacement-v0" not in _gym.registry:
-    _gym.register(id="DevicePlacement-v0", entry_point="placement_env.env:DevicePlacementEnv")
-if "DevicePlacementSequential-v0" not in _gym.registry:
-    _gym.register(id="DevicePlacementSequential-v0", entry_point="placement_env.sequential_env:DevicePlacementSequentialEnv")
+def __getattr__(name: str) -> Any:
+    """The names of :data:`_ON_FIRST_USE`, imported when first asked for (PEP 562)."""
+    if name in _ON_FIRST_USE:
+        value = getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'placement_env' has no attribute {name!r}")
+
+
+register_environments()
 
 __all__ = [
-    "DEFAULT_GRAPH", "DEVICE_KINDS", "BatchResult", "coarsen", "coarsen_to_fit", "DevicePlacementEnv", "DevicePlacementSequentialEnv", "Cluster", "ComputationGraph", "Device", "Edge", "Node",
-    "Schedule", "SimulationResult", "Simulator", "check_placement", "chrome_trace", "critical_path", "layered_dag",
-    "list_graphs", "memory_timeline",
-    "two_chains",
-    "load_graph", "load_suite", "SUITES", "lower_bound", "placement_from_json", "read_graph", "read_placement",
-    "simulate", "simulate_batch",
-    "from_torch", "to_training_graph", "unflatten_observation", "write_chrome_trace", "write_graph", "write_placement",
+    "DEFAULT_GRAPH", "DEVICE_KINDS", "SUITES", "BatchResult", "Cluster", "ComputationGraph", "Device",
+    "DevicePlacementEnv", "DevicePlacementSequentialEnv", "Edge", "Node", "Schedule", "SimulationResult", "Simulator",
+    "check_placement", "chrome_trace", "coarsen", "coarsen_to_fit", "critical_path", "from_torch", "layered_dag",
+    "list_graphs", "load_graph", "load_suite", "lower_bound", "memory_timeline", "placement_from_json",
+    "read_graph", "read_placement", "simulate", "simulate_batch", "to_training_graph", "two_chains",
+    "unflatten_observation", "write_chrome_trace", "write_graph", "write_placement",
 ]

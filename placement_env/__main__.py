@@ -15,12 +15,12 @@ import argparse
 import json
 import sys
 
-from .chrome_trace import write_chrome_trace
-from .cli_common import add_graph_and_cluster_args, graph_and_cluster_from_args, run_cli
-from .placement_io import read_placement
-from .registry import REAL_MODELS, REAL_MODELS_DIR, SUITES, list_graphs, load_graph
-from .simulator import checked_param_factor, simulate
-from .suites import SUITE_NAMES, SUITE_SEEDS, shipped_path, table1_markdown
+from placement_env.cli import add_graph_and_cluster_args, graph_and_cluster_from_args, run_cli
+from placement_env.graph.placement_io import read_placement
+from placement_env.sim.chrome_trace import write_chrome_trace
+from placement_env.sim.simulator import checked_param_factor, simulate
+from placement_env.zoo.registry import REAL_MODELS, REAL_MODELS_DIR, SUITES, list_graphs, load_graph
+from placement_env.zoo.suites import SUITE_NAMES, SUITE_SEEDS, shipped_path, table1_markdown
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from .graph import checked_count, is_number
-from .graph_io import read_json_file, write_json_file
+from placement_env.checks import checked_count, is_number
+from placement_env.json_files import read_json_file, write_json_file
 
 CLUSTER_FORMAT = "device-placement-cluster"
 CLUSTER_VERSION = 1
@@ -163,12 +163,12 @@ class Cluster:
 
     # ------------------------------------------------------------ builders
     @classmethod
-    def preset(cls, kind: str = DEFAULT_KIND, num_devices: int = 3) -> "Cluster":
+    def preset(cls, kind: str = DEFAULT_KIND, num_devices: int = 3) -> Cluster:
         """``num_devices`` identical devices of a named kind, fully connected (see ``DEVICE_KINDS``)."""
         return cls.heterogeneous([kind] * checked_count("the number of devices", num_devices))
 
     @classmethod
-    def heterogeneous(cls, kinds: Sequence[str]) -> "Cluster":
+    def heterogeneous(cls, kinds: Sequence[str]) -> Cluster:
         """One device per named kind; a link runs at the slower of its two ends' link figures."""
         if isinstance(kinds, str):
             raise ValueError(f"kinds must be a list of device kinds, one per device, got the string {kinds!r} "
@@ -204,7 +204,7 @@ class Cluster:
         }
 
     @classmethod
-    def from_dict(cls, data, source: str = "cluster") -> "Cluster":
+    def from_dict(cls, data, source: str = "cluster") -> Cluster:
         if not isinstance(data, dict):
             raise ValueError(f"{source}: expected a JSON object")
         if data.get("format", CLUSTER_FORMAT) != CLUSTER_FORMAT:
@@ -239,7 +239,7 @@ class Cluster:
             raise ValueError(f"{source}: {exc}") from None
 
     @classmethod
-    def from_json(cls, path: str | os.PathLike) -> "Cluster":
+    def from_json(cls, path: str | os.PathLike) -> Cluster:
         """Read a cluster file (format in the spec)."""
         if isinstance(path, str) and path in DEVICE_KINDS and not os.path.exists(path):
             raise FileNotFoundError(

@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from placement_env.graph_io import write_graph  # noqa: E402
-from placement_env.registry import REAL_MODELS, REAL_MODELS_DIR  # noqa: E402
+from placement_env.graph.io import write_graph  # noqa: E402
+from placement_env.zoo.registry import REAL_MODELS, REAL_MODELS_DIR  # noqa: E402
 
 RESOLUTION = {"inception_v3": 299, "nasnet_large": 331, "pnasnet_large": 331}
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from placement_env.torch_import import from_torch
+    from placement_env.importers.pytorch import from_torch
 
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.models:
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"{name}.json.gz"
         write_graph(graph, path)
         print(f"{name}: {graph.num_nodes} ops, {graph.num_units} units, "
-              f"{sum(n.flops for n in graph.nodes if n.phase == 'forward') / 1e9:.1f} GFLOP forward, "
+              f"{sum(n.flops or 0.0 for n in graph.nodes if n.phase == 'forward') / 1e9:.1f} GFLOP forward, "
               f"traced in {time.perf_counter() - start:.1f} s -> {path} ({path.stat().st_size / 1e6:.2f} MB)",
               flush=True)
     return 0

@@ -24,6 +24,7 @@ fastest device) with one whole-graph placement per step.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -36,7 +37,8 @@ from placement_env import simulate, two_chains
 LENGTH = 8
 
 
-SETTINGS = [  # (label, ReinforceConfig overrides, placements per episode, episodes)
+SETTINGS: list[tuple[str, dict[str, Any], int, int]] = [  # (label, ReinforceConfig overrides, placements per
+    # episode, episodes)
     ("paper defaults (lr 1e-3, epsilon 0.1)", {}, 1, 1024),
     ("learning rate 1e-4", {"learning_rate": 1e-4}, 1, 1024),
     ("epsilon 0.0", {"epsilon": 0.0}, 1, 1024),

@@ -7,7 +7,7 @@ import numpy as np
 from placement_env import Cluster, ComputationGraph, Device, Edge, Node
 
 
-def graph(nodes: list[tuple], edges: list[tuple] = (), name: str = "t") -> ComputationGraph:
+def graph(nodes: list[tuple], edges: list[tuple] | tuple[()] = (), name: str = "t") -> ComputationGraph:
     """``nodes``: (id, cost, output_bytes[, param_bytes[, colocation]]); ``edges``: (src, dst[, bytes])."""
     built = []
     for spec in nodes:

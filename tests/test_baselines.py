@@ -2,13 +2,12 @@
 
 import numpy as np
 import pytest
+from helpers import graph, uniform_cluster
 
 from baselines import PLACERS, PlacementInfeasibleError, place, refine, repair_memory, unit_demand
 from baselines.local_search import neighbours
 from placement_env import Cluster, Device, layered_dag, load_graph, simulate
-from placement_env.simulator import check_placement
-
-from helpers import graph, uniform_cluster
+from placement_env.sim.simulator import check_placement
 
 GRAPHS = {
     "default": load_graph("default"),

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from baselines.__main__ import main as baselines_main
 from baselines import unit_demand
+from baselines.__main__ import main as baselines_main
 from placement_env import Cluster, Device, load_graph, read_placement, simulate, write_placement
 from placement_env.__main__ import main as env_main
-from placement_env.cli_common import run_cli
+from placement_env.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -129,7 +129,7 @@ def test_write_placement_round_trips_through_read_placement(tmp_path):
     write_placement(placement, tmp_path / "p.json")
     assert json.loads((tmp_path / "p.json").read_text()) == placement.tolist()
     assert read_placement(tmp_path / "p.json", g).tolist() == placement.tolist()
-    write_placement([np.int32(1), 2.0, np.float32(0)], tmp_path / "q.json")
+    write_placement([np.int32(1), 2.0, np.float32(0)], tmp_path / "q.json")  # type: ignore[list-item]
     assert json.loads((tmp_path / "q.json").read_text()) == [1, 2, 0]
 
 

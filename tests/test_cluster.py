@@ -49,7 +49,8 @@ def test_a_device_kind_given_as_a_cluster_file_points_to_the_preset(tmp_path, mo
 
 
 def test_heterogeneous_refuses_one_string_instead_of_a_list():
-    with pytest.raises(ValueError, match=r"got the string 'p100' \(for M devices of one kind: Cluster.preset\('p100', M\)\)"):
+    message = r"got the string 'p100' \(for M devices of one kind: Cluster.preset\('p100', M\)\)"
+    with pytest.raises(ValueError, match=message):
         Cluster.heterogeneous("p100")
 
 
@@ -94,7 +95,8 @@ def test_malformed_cluster_files_name_the_field(tmp_path, change, message):
     ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 0], [1, 0]], [[0, 0], [0, 0]], r"bandwidth\[0\]\[1\]"),
     ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 1], [1, 0]], [[0, -1], [0, 0]], r"latency\[0\]\[1\]"),
     ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 1]], [[0, 0], [0, 0]], "must be 2x2"),
-    ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 1], [1]], [[0, 0], [0, 0]], r"must be 2x2 .* row 1 \(b\) has 1 entries"),
+    ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 1], [1]], [[0, 0], [0, 0]],
+     r"must be 2x2 .* row 1 \(b\) has 1 entries"),
     ([Device("a", 1, 1), Device("b", 1, 1)], [[0, "x"], [1, 0]], [[0, 0], [0, 0]],
      r"bandwidth\[0\]\[1\] \(a -> b\) must be a number, got 'x'"),
     ([Device("a", 1, 1), Device("b", 1, 1)], [[0, 1], [1, 0]], [[0, 0], [None, 0]],

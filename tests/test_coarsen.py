@@ -3,12 +3,11 @@
 import networkx as nx
 import numpy as np
 import pytest
+from helpers import graph as hand_graph
 
 from placement_env import Cluster, layered_dag, simulate
-from placement_env.coarsen import coarsen, coarsen_to_fit
-from placement_env.features import unit_graph
-
-from helpers import graph as hand_graph
+from placement_env.graph.coarsen import coarsen, coarsen_to_fit
+from placement_env.graph.units import unit_graph
 
 
 def forward_quotient(g):

@@ -1,16 +1,18 @@
 """Graph encoders: shapes, padding, permutations, gradients, FADP-GT's switches and spectral cache."""
 
+from typing import Any, cast
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 import placement_env  # noqa: F401
-from graph_encoders import FADPGT, ENCODERS, GraphBatch, Transformer, build_encoder, list_encoders
+from graph_encoders import ENCODERS, FADPGT, GraphBatch, Transformer, build_encoder, list_encoders
 from graph_encoders.spectral import frequency_maps_chebyshev, frequency_maps_dense
 from graph_encoders.structure import symmetric_adjacency
 from placement_env import layered_dag
-from placement_env.features import unit_graph
+from placement_env.graph.units import unit_graph
 
 G1 = layered_dag(3, num_ops=14, name="g1")
 G2 = layered_dag(4, num_ops=20, name="g2")
@@ -133,7 +135,7 @@ def test_fadp_gt_with_every_switch_off_is_the_transformer():
                    use_gap=False, use_gmp=False).eval()
     transformer = Transformer(f, hidden_dim=16, heads=4).eval()
     transformer.embed.load_state_dict(plain.embed.state_dict())
-    for faga, layer in zip(plain.faga, transformer.layers):
+    for faga, layer in zip(cast(Any, plain.faga), cast(Any, transformer.layers)):
         layer.attention.in_proj_weight.data = torch.cat([faga.q.weight, faga.k.weight, faga.v.weight]).data.clone()
         layer.attention.in_proj_bias.data = torch.cat([faga.q.bias, faga.k.bias, faga.v.bias]).data.clone()
         layer.attention.out_proj.load_state_dict(faga.out.state_dict())

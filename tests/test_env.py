@@ -6,15 +6,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
+from helpers import graph as hand_graph
+from helpers import uniform_cluster
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import placement_env  # noqa: F401 - registers the environments
 from placement_env import layered_dag, simulate, unflatten_observation
-from placement_env.features import STATIC_FEATURES
-from placement_env.traversal import TRAVERSAL_ORDERS, traversal_order
-from placement_env.features import unit_graph
-
-from helpers import graph as hand_graph, uniform_cluster
+from placement_env.graph.traversal import TRAVERSAL_ORDERS, traversal_order
+from placement_env.graph.units import STATIC_FEATURES, unit_graph
 
 SMALL = layered_dag(3, num_ops=12, name="small")
 SMALL2 = layered_dag(4, num_ops=20, name="small2")
@@ -272,7 +271,7 @@ def test_render_gantt_and_text(name):
     env = make(name, render_mode="rgb_array")
     env.reset(seed=0)
     image = env.render()
-    from placement_env.render import GANTT_MARGIN_PX, GANTT_ROW_PX, GANTT_WIDTH_PX
+    from placement_env.envs.render import GANTT_MARGIN_PX, GANTT_ROW_PX, GANTT_WIDTH_PX
 
     assert image.dtype == np.uint8
     assert image.shape == (GANTT_MARGIN_PX + GANTT_ROW_PX * 9, GANTT_WIDTH_PX, 3)

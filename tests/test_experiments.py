@@ -7,10 +7,32 @@ import pytest
 from agents import experiments as ex
 
 
+def stub_run(run, settings):
+    """A run's results without training: a makespan that depends on the run, so rows and cells differ."""
+    makespan = 1e-3 * (1 + sum(map(ord, run.encoder + run.graph + str(run.options))) % 97 / 100 + run.devices / 10)
+    return {"seed": run.seed, "oom": False, "makespan": makespan, "lb_ratio": 1.5, "best_found_seconds": 0.5,
+            "validation_seconds": 0.01, "search_seconds": 1.0, "steps": 100,
+            "curve": [[0, 2 * makespan], [50, 1.2 * makespan], [100, makespan]]}
+
+
+def stub_placers(graph_names, devices):
+    return {name: (2e-3 + i * 1e-4, 0.01) for i, name in enumerate(ex.PLACERS)} | {"lower bound": (5e-4, 0.0)}
+
+
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
+    """Every experiment's table, from stubbed runs and placers: the layout, not the numbers."""
     out = tmp_path_factory.mktemp("experiments")
-    assert ex.main(["all", "--quick", "--budget-seconds", "1", "--out", str(out)]) == 0
+    calls = []
+    with pytest.MonkeyPatch.context() as patch:
+        def recorded(run, settings):
+            calls.append(run)
+            return stub_run(run, settings)
+
+        patch.setattr(ex, "run_training", recorded)
+        patch.setattr(ex, "placer_rows", stub_placers)
+        assert ex.main(["all", "--quick", "--budget-seconds", "1", "--out", str(out)]) == 0
+    out.joinpath("distinct_runs.txt").write_text(str(len({r.key({}) for r in calls})))
     return out
 
 
@@ -37,14 +59,29 @@ def test_quick_table6_and_figure4(quick):
         names = [r.split("|")[1].strip() for r in rows if r.split("|")[2].strip() == model]
         assert names == ["placeto", "fadp-gt"] + [f"*{p}*" for p in ex.PLACERS] + ["*lower bound*"]
     assert (quick / "figure4.png").stat().st_size > 10_000
+    stub = {(r.split("|")[1].strip(), r.split("|")[2].strip()): r.split("|")[3].strip() for r in rows}
+    assert stub[("*heft*", "vgg19")] == f"{stub_placers([], 3)['heft'][0] * 1e3:.3f}"
     assert len(table_rows(quick / "figure4.md")) == len(ex.ENCODERS) * len(ex.SUITES)
 
 
-def test_runs_shared_between_tables_are_trained_once(quick):
-    runs = list((quick / "runs").iterdir())
+def test_tables_share_runs(quick):
     suites, models = len(ex.SUITES), len(ex.QUICK["models"])
     # table2 (table3 and figure4 reuse it); table4 and table5 add their variants but share the full FADP-GT
-    assert len(runs) == suites * (len(ex.ENCODERS) + 5 + 3) + 2 * models
+    assert int((quick / "distinct_runs.txt").read_text()) == suites * (len(ex.ENCODERS) + 5 + 3) + 2 * models
+
+
+@pytest.mark.slow
+def test_real_quick_runs_are_cached_and_shared_between_tables(tmp_path):
+    """Real training (1 s per run): table2 and table3 share their runs, each trained once, in the run cache."""
+    assert ex.main(["table2", "--quick", "--budget-seconds", "1", "--out", str(tmp_path)]) == 0
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == len(ex.SUITES) * len(ex.ENCODERS)
+    assert all((r / "results.json").exists() and (r / "checkpoint.zip").exists() for r in runs)
+    stamps = [(r / "results.json").stat().st_mtime_ns for r in runs]
+    assert ex.main(["table3", "--quick", "--budget-seconds", "1", "--out", str(tmp_path)]) == 0
+    assert [(r / "results.json").stat().st_mtime_ns for r in sorted((tmp_path / "runs").iterdir())] == stamps
+    rows = table_rows(tmp_path / "table3.md")
+    assert len(rows) == len(ex.SUITES) * (len(ex.ENCODERS) + len(ex.PLACERS) + 1)
 
 
 def test_cells_and_improvements_by_hand():

@@ -11,12 +11,19 @@ import sys
 import networkx as nx
 import numpy as np
 import pytest
-
-from placement_env import (ComputationGraph, Edge, Node, layered_dag, load_graph, read_graph, to_training_graph,
-                           write_graph)
-from placement_env.training_graph import BACKWARD_COST_NO_PARAMS, BACKWARD_COST_WITH_PARAMS
-
 from helpers import graph
+
+from placement_env import (
+    ComputationGraph,
+    Edge,
+    Node,
+    layered_dag,
+    load_graph,
+    read_graph,
+    to_training_graph,
+    write_graph,
+)
+from placement_env.graph.training import BACKWARD_COST_NO_PARAMS, BACKWARD_COST_WITH_PARAMS
 
 
 # ----------------------------------------------------------------- validation

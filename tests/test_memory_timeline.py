@@ -5,12 +5,11 @@ import json
 
 import numpy as np
 import pytest
+from helpers import graph, uniform_cluster
 from hypothesis import given, settings
+from test_simulator_properties import problems
 
 from placement_env import chrome_trace, memory_timeline, simulate, write_chrome_trace
-
-from helpers import graph, uniform_cluster
-from test_simulator_properties import problems
 
 
 def chain_split_across_two_devices():

@@ -1,6 +1,8 @@
 """The placement policy under stable-baselines3, the REINFORCE agent and checkpoints."""
 
 import dataclasses
+from pathlib import Path
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -11,12 +13,26 @@ from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.distributions import MultiCategoricalDistribution
 
 import placement_env  # noqa: F401
-from agents import (MaskablePlacementPolicy, PlacementPolicy, ReinforceConfig, greedy_placement, load_network,
-                    make_sb3, place_graph, save_network, train_reinforce)
+from agents import (
+    MaskablePlacementPolicy,
+    PlacementPolicy,
+    Reinforce,
+    ReinforceConfig,
+    greedy_placement,
+    load_model,
+    load_network,
+    make_model,
+    make_sb3,
+    place_graph,
+    read_checkpoint,
+    save_checkpoint,
+    save_network,
+    train_reinforce,
+)
 from agents.distributions import NodeCategoricalDistribution
 from graph_encoders import list_encoders
 from placement_env import Cluster, layered_dag, simulate, two_chains
-from placement_env.simulator import check_placement
+from placement_env.sim.simulator import check_placement
 
 SMALL = layered_dag(3, num_ops=10, name="small")
 
@@ -120,7 +136,7 @@ def test_reinforce_runs_the_papers_loop_and_checkpoints_round_trip(tmp_path):
     assert [h["return"] for h in history] == [h["return"] for h in history2]  # seeded
     for name, value in net.state_dict().items():
         torch.testing.assert_close(again.state_dict()[name], value, rtol=0, atol=0)
-    path = tmp_path / "agent.pt"
+    path = tmp_path / "agent.zip"
     save_network(net, config, path, env.observation_space)
     loaded, loaded_config, _ = load_network(path)
     assert loaded_config == config
@@ -136,24 +152,75 @@ def test_place_an_unseen_graph_with_a_saved_policy(tmp_path):
     model = make_sb3("ppo", env, encoder="gat", encoder_kwargs={"hidden_dim": 16}, n_steps=16, batch_size=16,
                      n_epochs=1, seed=0)
     model.learn(16)
-    model.save(tmp_path / "ppo.zip")
+    save_checkpoint(model, tmp_path / "ppo.zip")
     placement, makespan = place_graph(tmp_path / "ppo.zip", unseen, steps=2)
     cluster = Cluster.preset("p100", 3)
     check_placement(unseen, placement, cluster)
     assert simulate(unseen, placement, cluster).makespan == makespan
     config = ReinforceConfig(encoder="transformer", encoder_kwargs={"hidden_dim": 16}, episodes=2)
     net, _ = train_reinforce(env, config)
-    save_network(net, config, tmp_path / "r.pt", env.observation_space)
-    placement, makespan = place_graph(tmp_path / "r.pt", unseen, steps=2)
+    save_network(net, config, tmp_path / "r.zip", env.observation_space)
+    placement, makespan = place_graph(tmp_path / "r.zip", unseen, steps=2)
     assert simulate(unseen, placement, cluster).makespan == makespan
     big = layered_dag(0, num_ops=40)
     with pytest.raises(ValueError, match="more than max_nodes=16; pad more, or coarsen the graph"):
-        place_graph(tmp_path / "r.pt", big)
-    placement, makespan = place_graph(tmp_path / "r.pt", big, steps=2, coarsen=True)
+        place_graph(tmp_path / "r.zip", big)
+    placement, makespan = place_graph(tmp_path / "r.zip", big, steps=2, coarsen=True)
     check_placement(big, placement, cluster)  # a device per op of the graph given, its own groups whole
     assert simulate(big, placement, cluster).makespan == makespan
     with pytest.raises(FileNotFoundError):
-        place_graph(tmp_path / "missing.pt", unseen)
+        place_graph(tmp_path / "missing.zip", unseen)
+    model.save(tmp_path / "native.zip")  # SB3's own format unpickles code: refused, with how to load it
+    with pytest.raises(ValueError, match="not a checkpoint of this project .*stable-baselines3 model.save"):
+        place_graph(tmp_path / "native.zip", unseen)
+
+
+def test_every_algorithm_saves_one_format_and_loads_back_with_the_same_policy(tmp_path):
+    env = gym.make("DevicePlacement-v0", graph=SMALL, episode_length=3)
+    obs, _ = env.reset(seed=0)
+    kwargs: dict[str, Any]
+    for algo, kwargs in (("ppo", {"n_steps": 8, "batch_size": 8, "n_epochs": 1}), ("a2c", {"n_steps": 4}),
+                         ("reinforce", {"episodes": 2})):
+        model = make_model(algo, env, encoder="gcn", encoder_kwargs={"hidden_dim": 8}, seed=0, **kwargs)
+        model.learn(8)
+        save_checkpoint(model, tmp_path / f"{algo}.zip")
+        saved = read_checkpoint(tmp_path / f"{algo}.zip")
+        assert saved.algo == algo and saved.num_timesteps == model.num_timesteps > 0
+        loaded = load_model(tmp_path / f"{algo}.zip", env)
+        assert type(loaded) is type(model) and loaded.num_timesteps == model.num_timesteps
+        for name, value in model.policy.state_dict().items():
+            torch.testing.assert_close(loaded.policy.state_dict()[name], value, rtol=0, atol=0)
+        assert np.array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
+    assert Reinforce.load(tmp_path / "reinforce.zip", env).config == model.config
+    with pytest.raises(ValueError, match="holds a PPO model, not a REINFORCE agent"):
+        Reinforce.load(tmp_path / "ppo.zip", env)
+    other = gym.make("DevicePlacement-v0", graph=SMALL, episode_length=3, max_nodes=40)
+    with pytest.raises(ValueError, match="padded to"):
+        load_model(tmp_path / "ppo.zip", other)
+
+
+def test_a_checkpoint_cannot_run_code_when_loaded(tmp_path):
+    """A pickle that calls a function on load (here: one that would write a file) is refused, and nothing runs."""
+    import pickle
+    import zipfile
+
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    env = gym.make("DevicePlacement-v0", graph=SMALL, episode_length=3)
+    model = make_model("a2c", env, encoder="gcn", encoder_kwargs={"hidden_dim": 8})
+    save_checkpoint(model, tmp_path / "good.zip")
+    with zipfile.ZipFile(tmp_path / "good.zip") as good, zipfile.ZipFile(tmp_path / "evil.zip", "w") as evil:
+        evil.writestr("checkpoint.json", good.read("checkpoint.json"))
+        evil.writestr("policy.pt", pickle.dumps(Payload()))
+    with pytest.raises(ValueError, match="evil.zip"):
+        load_model(tmp_path / "evil.zip", env)
+    assert not marker.exists()
+    pickle.loads(pickle.dumps(Payload()))  # the payload is live: plain unpickling does run it
+    assert marker.exists()
 
 
 def test_stay_prior_moves_about_the_expected_number_of_units():
@@ -162,7 +229,7 @@ def test_stay_prior_moves_about_the_expected_number_of_units():
     torch.manual_seed(0)
     b, n, d, devices = 2, 40, 8, 4
     head = NodeDeviceHead(d, devices, expected_moves=2.0)
-    nn_last = head.mlp[-1]
+    nn_last = cast(torch.nn.Linear, head.mlp[-1])
     torch.nn.init.zeros_(nn_last.weight)
     torch.nn.init.zeros_(nn_last.bias)  # equal MLP logits: only the prior speaks
     current = torch.nn.functional.one_hot(torch.randint(0, 3, (b, n)), devices).float()
@@ -196,5 +263,5 @@ def test_reinforce_settings_are_checked_by_name(setting, message):
 def test_reinforce_settings_cannot_change_after_they_were_checked():
     config = ReinforceConfig(episodes=3)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        config.epsilon = 1.5  # would bypass the check above
+        config.epsilon = 1.5  # type: ignore[misc]  # would bypass the check above
     assert config.epsilon == 0.1

@@ -23,7 +23,7 @@ def test_readme_api_examples_run(capsys):
 def test_readme_sb3_usage_runs():
     block = next(b for b in python_blocks() if "PlacementPolicy" in b)
     assert len(block.strip().splitlines()) == 3
-    namespace = {}
+    namespace: dict[str, object] = {}
     exec(compile(block.replace(".learn(2048)", ".learn(32)").replace("PPO(PlacementPolicy, ",
                  "PPO(PlacementPolicy, n_steps=32, batch_size=32, n_epochs=1, env="), "README.md", "exec"), namespace)
     assert namespace["model"].num_timesteps >= 32

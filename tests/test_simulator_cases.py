@@ -6,13 +6,12 @@ transfer takes 0.5 + 1 = 1.5 s; devices of speed 1; no parameters.
 
 import numpy as np
 import pytest
+from helpers import graph, uniform_cluster
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from placement_env import lower_bound, simulate, simulate_batch
-from placement_env.simulator_reference import simulate_reference
-
-from helpers import graph, uniform_cluster
+from placement_env.sim.reference import simulate_reference
 
 
 def check_reference(g, p, c, result):
@@ -197,7 +196,8 @@ def test_a_batch_row_mixing_ints_and_a_bool_is_rejected_by_row_and_node():
 
 
 def test_arguments_in_another_order_name_what_was_expected():
-    """simulate(graph, placement, cluster) and lower_bound say which argument is wrong, not an AttributeError deep inside."""
+    """simulate(graph, placement, cluster) and lower_bound say which argument is wrong, not an AttributeError deep
+    inside."""
     g = graph([("a", 1.0, 1), ("b", 1.0, 1)], [("a", "b")])
     c, p = uniform_cluster(2), [0, 1]
     cases = [
@@ -244,7 +244,7 @@ def test_lower_bound_hand_case():
 
 
 def test_workspace_refuses_a_graph_beyond_its_32_bit_positions():
-    from placement_env.simulator_kernel import Workspace
+    from placement_env.sim.kernel import Workspace
 
     with pytest.raises(ValueError, match="too large for the simulator"):
         Workspace(2**31, 10, 3)  # refused before anything is allocated
@@ -318,7 +318,7 @@ def most_ops_overtaken(g, p, ref) -> int:
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(45, 125))
 def test_crowded_ready_queues_match_the_reference(seed, k):
-    from placement_env.simulator_kernel import RUN_LIMIT
+    from placement_env.sim.kernel import RUN_LIMIT
 
     g, p = crowded_ready_queue(seed, k)
     c = uniform_cluster(2)

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placement_env import Cluster, ComputationGraph, Device, Edge, Node, lower_bound, simulate, simulate_batch
-from placement_env.simulator_reference import simulate_reference
+from placement_env.sim.reference import simulate_reference
 
 
 @st.composite

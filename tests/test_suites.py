@@ -5,10 +5,16 @@ import pytest
 
 from placement_env import Cluster, load_graph, load_suite, simulate
 from placement_env.__main__ import main as env_main
-from placement_env.graph_io import read_graph
-from placement_env.registry import REAL_MODELS, REAL_MODELS_DIR
-from placement_env.suites import (PAPER_TABLE1, SUITE_NAMES, build_suite_graph, graph_structure, shipped_path,
-                                  suite_structure)
+from placement_env.graph.io import read_graph
+from placement_env.zoo.registry import REAL_MODELS, REAL_MODELS_DIR
+from placement_env.zoo.suites import (
+    PAPER_TABLE1,
+    SUITE_NAMES,
+    build_suite_graph,
+    graph_structure,
+    shipped_path,
+    suite_structure,
+)
 
 
 @pytest.mark.parametrize("suite", SUITE_NAMES)
@@ -56,7 +62,7 @@ def test_graphs_command_lists_every_shipped_graph_with_sizes(capsys):
     assert env_main(["graphs"]) == 0
     out = capsys.readouterr().out
     for name in ("ptb/0", "cifar10/16", "nmt/7"):
-        line = next(l for l in out.splitlines() if l.split()[:1] == [name])
+        line = next(row for row in out.splitlines() if row.split()[:1] == [name])
         assert "ops" in line and "units" in line and "KiB" in line
     assert "default          = cifar10/0" in out
 

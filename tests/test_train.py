@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import train
+from agents import read_checkpoint
 from graph_encoders import list_encoders
 from placement_env import Cluster, layered_dag, read_placement, simulate, write_graph
 
@@ -46,13 +47,14 @@ def test_every_encoder_with_ppo(graph_file, tmp_path, encoder):
     assert results["encoder"] == encoder
 
 
-@pytest.mark.parametrize("algo, extra", [("a2c", ["--timesteps", "16"]), ("reinforce", ["--episodes", "3", "--epsilon", "0"]),
+@pytest.mark.parametrize("algo, extra", [("a2c", ["--timesteps", "16"]),
+                                         ("reinforce", ["--episodes", "3", "--epsilon", "0"]),
                                          ("maskable-ppo", ["--timesteps", "16"])])
 def test_every_algorithm(graph_file, tmp_path, algo, extra):
     results = run(graph_file, tmp_path, "--algo", algo, "--encoder", "gcn", *extra)
     check_outputs(graph_file, tmp_path, results)
     assert results["interrupted"] is False
-    assert (tmp_path / ("checkpoint.pt" if algo == "reinforce" else "checkpoint.zip")).exists()
+    assert read_checkpoint(tmp_path / "checkpoint.zip").algo == algo  # one format for every algorithm
 
 
 def test_resume_continues_from_the_checkpoint(graph_file, tmp_path):
@@ -72,7 +74,7 @@ def test_resume_continues_from_the_checkpoint(graph_file, tmp_path):
         run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "48", "--resume")
     (tmp_path / "tracker.json").unlink()
     (tmp_path / "checkpoint.zip").write_text("not a zip")
-    with pytest.raises(ValueError, match="cannot load .*checkpoint.zip' as a ppo model"):
+    with pytest.raises(ValueError, match="checkpoint.zip' is not a checkpoint of this project"):
         run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "48", "--resume")
 
 
@@ -81,7 +83,7 @@ def test_search_time_leaves_out_building_the_agent(graph_file, tmp_path, monkeyp
     """A slow agent build (1.5 s here) counts neither in the search time nor against the budget."""
     import time
 
-    import agents
+    from agents.training import run as training_run
 
     def slow(real):
         def build(*args, **kwargs):
@@ -89,8 +91,7 @@ def test_search_time_leaves_out_building_the_agent(graph_file, tmp_path, monkeyp
             return real(*args, **kwargs)
         return build
 
-    monkeypatch.setattr(agents, "make_sb3", slow(agents.make_sb3))
-    monkeypatch.setattr(agents, "ReinforceConfig", slow(agents.ReinforceConfig))
+    monkeypatch.setattr(training_run, "make_model", slow(training_run.make_model))
     results = run(graph_file, tmp_path, "--algo", algo, "--encoder", "gcn", "--budget-seconds", "1", *extra)
     assert 0 < results["search_seconds"] < 1.5 and results["best_found_seconds"] < 1.5
     assert results["steps"] >= 2  # the budget did not run out while building (PPO would stop after one step)
@@ -129,12 +130,18 @@ def test_resuming_reinforce_with_another_encoder_is_refused(graph_file, tmp_path
     (["--out", "README.md"], "--out 'README.md' is a file, not a folder"),
     (["--cluster", "tests"], "'tests' is a directory, not a JSON file"),
 ])
-def test_bad_arguments_end_with_one_line_and_exit_2(tmp_path, args, message):
-    out = subprocess.run([sys.executable, "train.py", "--out", str(tmp_path), *args], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2
-    err = out.stderr.strip()
+def test_bad_arguments_end_with_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.chdir(ROOT)
+    assert train.run(["--out", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and message in err and "\n" not in err
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_the_script_itself_keeps_the_error_contract(tmp_path):
+    out = subprocess.run([sys.executable, "train.py", "--out", str(tmp_path), "--devices", "0"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and out.stderr.strip() == "error: --devices must be >= 1, got 0"
 
 
 def test_a_suite_gets_one_best_placement_per_graph(tmp_path):
@@ -179,7 +186,7 @@ def test_encoder_options_initial_placement_and_search_times(graph_file, tmp_path
     results = run(graph_file, tmp_path, "--timesteps", "16", "--encoder-option", "use_low=false",
                   "--encoder-option", "num_layers=1", "--initial-placement", "heft", "--expected-moves", "0")
     check_outputs(graph_file, tmp_path, results)
-    assert results["hyperparameters"]["encoder_option"] == ["use_low=false", "num_layers=1"]
+    assert results["hyperparameters"]["encoder_options"] == {"use_low": False, "num_layers": 1}
     # the best placement is at least as good as the episodes' starting placement (HEFT's)
     assert results["makespan"] <= results["baselines"]["heft"]
     assert 0 <= results["best_found_seconds"] <= results["search_seconds"]

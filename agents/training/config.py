@@ -1,0 +1,123 @@
+"""What one training run needs, checked once: :class:`TrainConfig`."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from agents.algorithms import ALGORITHMS
+from placement_env.checks import checked_finite
+
+
+def parse_encoder_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["use_low=false", "num_layers=3"]`` as keyword arguments (values read as JSON: numbers, true/false,
+    strings otherwise); a ``ValueError`` names an item that is not ``KEY=VALUE``."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"--encoder-option must be KEY=VALUE, got {item!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run: the problem (graph and cluster), the policy, the algorithm, the limits, the outputs.
+
+    Frozen: every field is checked when the config is built (a ``ValueError`` naming it) and cannot change
+    after. Times are seconds; ``out`` is the output folder.
+
+    The problem: ``graph`` (a shipped name such as ``default`` or ``cifar10/3``, a suite name, or a graph file),
+    on ``devices`` identical devices of ``device_kind`` (default 3) or the cluster file ``cluster``.
+    The policy: ``encoder`` (``graph_encoders.list_encoders()``) with ``encoder_options`` and width
+    ``hidden_dim``; ``expected_moves`` is the head's stay prior (units an untrained policy moves per step;
+    0 turns it off: the spec's head exactly). The algorithm: ``algo`` (:data:`agents.algorithms.ALGORITHMS`),
+    ``learning_rate``, ``epsilon`` (REINFORCE's uniform exploration), ``n_envs`` parallel environments.
+    The limits, whichever comes first: ``timesteps`` environment steps, ``episodes`` (REINFORCE), and
+    ``budget_seconds`` of training. Episodes last ``episode_length`` steps (the whole-graph environment) and
+    start from ``initial_placement``.
+    """
+
+    graph: str = "default"
+    devices: int | None = None
+    cluster: str | None = None
+    device_kind: str = "p100"
+    encoder: str = "fadp-gt"
+    encoder_options: Mapping[str, Any] = field(default_factory=dict)
+    hidden_dim: int = 64
+    algo: str = "ppo"
+    timesteps: int = 100_000
+    episodes: int = 10_000
+    budget_seconds: float = 60.0
+    episode_length: int = 8
+    seed: int = 0
+    n_envs: int = 1
+    initial_placement: str = "single"
+    expected_moves: float = 1.0
+    learning_rate: float = 1e-3
+    epsilon: float = 0.1
+    checkpoint_every: int = 2048
+    out: str = "runs/latest"
+    resume: bool = False
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.algo not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {self.algo!r}; use one of {', '.join(ALGORITHMS)}")
+        for name in ("timesteps", "episodes", "episode_length", "n_envs", "hidden_dim", "checkpoint_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        if self.devices is not None:
+            if not isinstance(self.devices, int) or self.devices < 1:
+                raise ValueError(f"--devices must be >= 1, got {self.devices}")
+            if self.cluster is not None:
+                raise ValueError("give --devices or --cluster, not both")
+        if not (isinstance(self.budget_seconds, (int, float)) and 0 < self.budget_seconds < math.inf):
+            raise ValueError(f"--budget-seconds must be positive and finite, got {self.budget_seconds}")
+        if not (isinstance(self.learning_rate, (int, float)) and 0 < self.learning_rate < math.inf):
+            raise ValueError(f"--learning-rate must be positive and finite, got {self.learning_rate}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {self.seed}")
+        if not (isinstance(self.expected_moves, (int, float)) and 0 <= self.expected_moves < math.inf):
+            raise ValueError(f"--expected-moves must be >= 0, got {self.expected_moves}")
+        if not 0 <= checked_finite("--epsilon", self.epsilon) <= 1:
+            raise ValueError(f"--epsilon must be in [0, 1], got {self.epsilon}")
+        object.__setattr__(self, "encoder_options", dict(self.encoder_options))
+
+    def encoder_kwargs(self) -> dict[str, Any]:
+        """The encoder's keyword arguments: ``hidden_dim`` and :attr:`encoder_options`."""
+        return {"hidden_dim": self.hidden_dim, **self.encoder_options}
+
+    def total_timesteps(self) -> int:
+        """The step limit: ``timesteps``, and for REINFORCE also ``episodes`` whole episodes."""
+        if self.algo == "reinforce":
+            return min(self.timesteps, self.episodes * self.episode_length)
+        return self.timesteps
+
+    def env_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the environment (``gymnasium.make``) this run trains on."""
+        kwargs: dict[str, Any] = {"graph": self.graph, "initial_placement": self.initial_placement}
+        if self.cluster:
+            kwargs["cluster"] = self.cluster
+        else:
+            kwargs["num_devices"] = 3 if self.devices is None else self.devices
+            kwargs["device_kind"] = self.device_kind
+        if self.algo != "maskable-ppo":
+            kwargs["episode_length"] = self.episode_length
+        return kwargs
+
+    def env_id(self) -> str:
+        """``DevicePlacementSequential-v0`` for MaskablePPO (Placeto's MDP), else ``DevicePlacement-v0``."""
+        return "DevicePlacementSequential-v0" if self.algo == "maskable-ppo" else "DevicePlacement-v0"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field, as plain data (``results.json``'s ``hyperparameters``)."""
+        return asdict(self) | {"encoder_options": dict(self.encoder_options)}

@@ -1,0 +1,115 @@
+"""What a training run leaves in its output folder: the best placements judged, compared and drawn."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.training.config import TrainConfig
+from agents.training.tracker import BestTracker
+from baselines import PLACERS, PlacementInfeasibleError
+from placement_env import Cluster, ComputationGraph, SimulationResult, simulate, write_placement
+from placement_env.envs.render import gantt_rgb
+from placement_env.json_files import write_text_atomically
+
+COMPARED_PLACERS = ("single", "heft", "m-etf", "metis")
+VERSIONED = ("torch", "torch-geometric", "stable-baselines3", "sb3-contrib", "gymnasium", "numpy", "numba",
+             "device-placement")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def judge_graph(graph: ComputationGraph, placement: np.ndarray, cluster: Cluster, tracker: BestTracker,
+                seed: int) -> tuple[dict[str, Any], SimulationResult]:
+    """Simulate ``placement`` (the validation, timed) and the compared placers' placements of ``graph``."""
+    start = time.perf_counter()
+    result = simulate(graph, placement, cluster)
+    validation = time.perf_counter() - start
+    compared: dict[str, float | str] = {}
+    for name in COMPARED_PLACERS:
+        try:
+            compared[name] = simulate(graph, PLACERS[name](graph, cluster, seed), cluster).makespan
+        except PlacementInfeasibleError as exc:
+            compared[name] = f"infeasible: {exc}"
+    entry = {"graph": graph.name, "makespan": result.makespan, "lower_bound": result.lower_bound,
+             "best_found_seconds": tracker.found_at.get(graph.name), "validation_seconds": validation,
+             "lb_ratio": result.lb_ratio, "peak_memory": [int(x) for x in result.peak_memory], "oom": result.oom,
+             "baselines": compared}
+    return entry, result
+
+
+def write_outputs(config: TrainConfig, out: Path, graphs: list[ComputationGraph], cluster: Cluster,
+                  tracker: BestTracker, steps: int, search_seconds: float, interrupted: bool) -> dict[str, Any]:
+    """Judge each graph's best placement, write every output file; returns ``results.json``'s content.
+
+    Files: ``placement.json`` (the first graph's; ``placements/`` holds every graph's when there are several),
+    ``results.json``, ``tracker.json``, ``learning_curve.png``, ``gantt.png``.
+    """
+    graphs = [g for g in graphs if g.name in tracker.best]
+    if not graphs:
+        raise RuntimeError("training ended before any placement was evaluated")
+    per_graph, first_result = [], None
+    for graph in graphs:
+        placement = np.asarray(tracker.best[graph.name][1])
+        entry, result = judge_graph(graph, placement, cluster, tracker, config.seed)
+        search_seconds += entry["validation_seconds"]  # validation is part of the search
+        per_graph.append(entry)
+        first_result = first_result or result
+        if len(graphs) > 1:
+            (out / "placements").mkdir(exist_ok=True)
+            write_placement(placement, out / "placements" / f"{graph.name.replace('/', '_')}.json")
+    assert first_result is not None
+    write_placement(np.asarray(tracker.best[graphs[0].name][1]), out / "placement.json")
+    results = {
+        **per_graph[0], "cluster": cluster.to_dict(), "encoder": config.encoder, "algo": config.algo,
+        "search_seconds": search_seconds, "steps": steps, "seed": config.seed, "interrupted": interrupted,
+        "hyperparameters": config.as_dict(), "graphs": per_graph,
+        "hardware": {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
+                     "system": platform.platform()},
+        "versions": {p: _version(p) for p in VERSIONED},
+    }
+    write_text_atomically(out / "results.json", json.dumps(results, indent=1))
+    write_text_atomically(out / "tracker.json", json.dumps(tracker.state()))
+    draw(config, out, graphs[0], cluster, first_result, tracker, per_graph[0]["baselines"], len(graphs))
+    return results
+
+
+def draw(config: TrainConfig, out: Path, graph: ComputationGraph, cluster: Cluster, result: SimulationResult,
+         tracker: BestTracker, compared: dict[str, Any], num_graphs: int) -> None:
+    """``learning_curve.png`` (best makespan so far against steps, with the placers and the lower bound) and
+    ``gantt.png`` (the best placement's simulated step)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    if tracker.curve:
+        xs, ys = zip(*tracker.curve)
+        label = f"{config.encoder} + {config.algo}, best so far" + (" (mean over graphs)" if num_graphs > 1 else "")
+        ax.step(xs, np.array(ys) * 1e3, where="post", label=label)
+    for i, (name, value) in enumerate(compared.items()):
+        if isinstance(value, float):
+            ax.axhline(value * 1e3, linestyle="--", linewidth=0.8, label=name, color=f"C{1 + i}")
+    ax.axhline(result.lower_bound * 1e3, color="k", linewidth=0.8, label="lower bound")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("makespan (ms)")
+    ax.set_title(f"{graph.name} on {cluster.name}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "learning_curve.png")
+    plt.close(fig)
+    names = [d.name for d in cluster.devices]
+    plt.imsave(out / "gantt.png", gantt_rgb(result, list(graph.ops), names, title=f"best placement, {graph.name}"))

@@ -1,0 +1,193 @@
+"""``train(config) -> RunResult``: one training run, read top to bottom.
+
+1. Check the config against what it names (encoder, start placement, graph, cluster, output folder).
+2. Build the environment(s) and the model (:func:`agents.algorithms.make_model`), or load the checkpoint in
+   ``out`` when resuming (:mod:`agents.checkpoints`; the policy asked for must be the one saved).
+3. Train until the step limit or ``budget_seconds`` (Ctrl-C stops cleanly), tracking the best placement any
+   episode found for each graph, feasible ones first; checkpoint every ``checkpoint_every`` steps.
+4. Save the checkpoint, judge the best placements and write the outputs (:mod:`agents.training.outputs`).
+
+Search time is the wall time of training plus the final simulation of the best placement (validation);
+loading the graph, building the environments and the model, saving the checkpoint and running the classical
+placers for comparison are excluded, and a resumed run adds the search time of the runs it resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stable_baselines3.common.callbacks import BaseCallback
+
+from agents.algorithms import make_model
+from agents.checkpoints import load_model, read_checkpoint, save_checkpoint
+from agents.training.clock import SearchClock, StopOnCtrlC, ignore_ctrl_c
+from agents.training.config import TrainConfig
+from agents.training.outputs import write_outputs
+from agents.training.tracker import BestTracker
+from graph_encoders import build_encoder, list_encoders
+from placement_env import Cluster, ComputationGraph
+from placement_env.cli import check_output_paths
+from placement_env.envs.task import initial_placement_names, resolve_graphs
+from placement_env.json_files import write_text_atomically
+
+CHECKPOINT = "checkpoint.zip"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run found: its first graph's best placement judged (seconds), and the whole ``results.json``.
+
+    ``record`` holds everything (``graphs`` has one entry per graph of a suite); ``out`` is the output folder.
+    """
+
+    graph: str
+    makespan: float
+    lower_bound: float
+    oom: bool
+    steps: int
+    search_seconds: float
+    interrupted: bool
+    out: Path
+    record: dict[str, Any]
+
+    @property
+    def lb_ratio(self) -> float:
+        """Makespan over the lower bound (1.0 is a perfect placement)."""
+        return float(self.record["lb_ratio"])
+
+
+def check_config(config: TrainConfig) -> tuple[list[ComputationGraph], Cluster]:
+    """Refuse, before any work, what the config names but cannot be had (a ``ValueError`` or ``OSError`` naming
+    it); returns the graphs and the cluster."""
+    if config.encoder not in list_encoders():
+        raise ValueError(f"unknown encoder {config.encoder!r}; known: {', '.join(list_encoders())}")
+    build_encoder(config.encoder, 8, **config.encoder_kwargs())  # an unknown option fails now, with its name
+    if config.initial_placement not in initial_placement_names():
+        raise ValueError(f"unknown --initial-placement {config.initial_placement!r}; use one of "
+                         f"{', '.join(initial_placement_names())}")
+    try:
+        check_output_paths(folder=config.out)
+    except ValueError as exc:
+        raise ValueError(f"--out {exc}") from None
+    graphs = resolve_graphs(config.graph)
+    cluster = Cluster.from_json(config.cluster) if config.cluster else \
+        Cluster.preset(config.device_kind, 3 if config.devices is None else config.devices)
+    return graphs, cluster
+
+
+def check_resumed_policy(config: TrainConfig, saved: dict[str, Any]) -> None:
+    """Resuming continues the saved policy: refuse a config that asks for another one (its results would be
+    labelled with the encoder asked for, not the one trained)."""
+    have = {"algorithm": saved["algo"], "encoder": saved["policy"]["encoder"],
+            "encoder options": saved["policy"]["encoder_kwargs"] or {},
+            "expected moves": float(saved["policy"]["expected_moves"] or 0)}
+    asked = {"algorithm": config.algo, "encoder": config.encoder, "encoder options": config.encoder_kwargs(),
+             "expected moves": float(config.expected_moves)}  # 0: no stay prior, saved as None
+    for key, value in asked.items():
+        if have[key] != value:
+            raise ValueError(f"--resume: the checkpoint in {config.out!r} has {key} {have[key]!r}, the command "
+                             f"line asks for {value!r}; give the same settings, or another --out")
+
+
+def algo_kwargs(config: TrainConfig) -> dict[str, Any]:
+    """The algorithm's own settings for this run (saved in the checkpoint, so a resumed run has the same)."""
+    if config.algo == "reinforce":
+        return {"learning_rate": config.learning_rate, "epsilon": config.epsilon, "episodes": config.episodes,
+                "seed": config.seed}
+    if config.algo == "a2c":
+        return {"n_steps": 8, "learning_rate": config.learning_rate, "seed": config.seed}
+    n_steps = min(128, max(8, config.timesteps // config.n_envs))
+    return {"n_steps": n_steps, "batch_size": min(64, n_steps * config.n_envs), "n_epochs": 4,
+            "learning_rate": config.learning_rate, "seed": config.seed}
+
+
+def make_env(config: TrainConfig) -> Any:
+    """The training environment: a vectorized one for SB3 (SubprocVecEnv when ``n_envs`` > 1), a plain one for
+    REINFORCE."""
+    import gymnasium as gym
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    if config.algo == "reinforce":
+        return gym.make(config.env_id(), **config.env_kwargs())
+    parallel = config.n_envs > 1
+    return make_vec_env(f"placement_env:{config.env_id()}", n_envs=config.n_envs, seed=config.seed,
+                        vec_env_cls=SubprocVecEnv if parallel else DummyVecEnv, env_kwargs=config.env_kwargs(),
+                        wrapper_class=ignore_ctrl_c if parallel else None)
+
+
+class TrackBest(BaseCallback):
+    """After every environment step: feed the tracker, checkpoint now and then, stop when the budget is spent or
+    Ctrl-C asked to."""
+
+    def __init__(self, config: TrainConfig, out: Path, tracker: BestTracker, clock: SearchClock,
+                 stop: StopOnCtrlC) -> None:
+        super().__init__()
+        self.config, self.out, self.tracker, self.clock, self.stop = config, out, tracker, clock, stop
+
+    def _on_step(self) -> bool:
+        for info in self.locals["infos"]:
+            self.tracker.update(info, self.num_timesteps)
+        if self.num_timesteps % self.config.checkpoint_every < self.config.n_envs:
+            save(self.model, self.config, self.out)
+            write_text_atomically(self.out / "tracker.json", json.dumps(self.tracker.state()))
+        return not self.clock.expired() and not self.stop.requested
+
+
+def save(model: Any, config: TrainConfig, out: Path) -> None:
+    save_checkpoint(model, out / CHECKPOINT, config.algo, algo_kwargs(config),
+                    {"encoder": config.encoder, "encoder_kwargs": config.encoder_kwargs(),
+                     "expected_moves": config.expected_moves or None})
+
+
+def train(config: TrainConfig) -> RunResult:
+    """Run ``config``: train, then write the outputs in ``config.out``; returns what the run found."""
+    graphs, cluster = check_config(config)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint, tracker = out / CHECKPOINT, BestTracker()
+    resuming = config.resume and checkpoint.exists()
+    if config.resume and not checkpoint.exists():  # a first run of a job that is always started with --resume
+        print(f"--resume: no checkpoint {str(checkpoint)!r} yet; starting a new policy", file=sys.stderr)
+    if resuming:
+        with open(checkpoint, "rb"):  # unreadable: fail before building anything
+            pass
+        saved = read_checkpoint(checkpoint)
+        check_resumed_policy(config, {"algo": saved.algo, "policy": saved.policy})
+        if (out / "tracker.json").exists():
+            try:
+                tracker.load(json.loads((out / "tracker.json").read_text()))
+            except (ValueError, KeyError, TypeError, IndexError) as error:
+                raise ValueError(f"--resume: {str(out / 'tracker.json')!r} is not a tracker file written by "
+                                 f"train.py ({type(error).__name__}: {error})") from None
+    clock = SearchClock(config.budget_seconds, tracker.resumed_seconds)
+    tracker.elapsed = clock.elapsed
+    env = make_env(config)
+    tensorboard = str(out / "tensorboard")
+    if resuming:
+        model = load_model(checkpoint, env, tensorboard_log=tensorboard)
+    else:
+        model = make_model(config.algo, env, encoder=config.encoder, encoder_kwargs=config.encoder_kwargs(),
+                           expected_moves=config.expected_moves or None, tensorboard_log=tensorboard,
+                           **algo_kwargs(config))
+    with StopOnCtrlC() as stop:
+        clock.start()
+        try:
+            model.learn(total_timesteps=config.total_timesteps(),
+                        callback=TrackBest(config, out, tracker, clock, stop), progress_bar=config.progress,
+                        reset_num_timesteps=not resuming, tb_log_name=config.algo)
+        except KeyboardInterrupt:  # a second Ctrl-C
+            print("interrupted at once: keeping the best placement found so far", file=sys.stderr)
+            stop.requested = True
+        clock.stop()
+    save(model, config, out)
+    env.close()
+    steps = int(model.num_timesteps)
+    record = write_outputs(config, out, graphs, cluster, tracker, steps, clock.elapsed(), stop.requested)
+    return RunResult(graph=record["graph"], makespan=record["makespan"], lower_bound=record["lower_bound"],
+                     oom=record["oom"], steps=steps, search_seconds=record["search_seconds"],
+                     interrupted=stop.requested, out=out, record=record)

@@ -1,0 +1,48 @@
+"""Validators every layer shares: a value of the right kind, or an error that names it.
+
+Each ``checked_*`` returns the value it checked, typed, so callers keep the type.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TypeGuard, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+def is_number(value: object) -> TypeGuard[int | float | np.integer | np.floating]:
+    """Whether ``value`` is an int or float (Python or numpy), not a bool, string or None."""
+    return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+
+
+def checked_finite(name: str, value: object, smallest: float | None = None) -> float:
+    """``value`` as a float, or a ``ValueError`` naming ``name`` unless it is a finite number (and at least
+    ``smallest`` when given); a bool, a string or None is not a number."""
+    if not is_number(value) or not math.isfinite(value) or (smallest is not None and value < smallest):
+        bound = "" if smallest is None else f" >= {smallest:g}"
+        raise ValueError(f"{name} must be a finite number{bound}, got {value!r}")
+    return float(value)
+
+
+def checked_count(name: str, value: object, smallest: int = 1) -> int:
+    """``value`` as an int, or a ``ValueError`` naming ``name`` unless it is an integer >= ``smallest``
+    (a float such as 2.5 is refused, not truncated)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < smallest:
+        raise ValueError(f"{name} must be an integer >= {smallest}, got {value!r}")
+    return int(value)
+
+
+def checked_instance(name: str, value: object, kind: type[T]) -> T:
+    """``value`` if it is a ``kind``, else a ``TypeError`` naming ``name`` and what came instead (most often
+    arguments given in another order)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message (torch's run to pages), or its type's name if it has none."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -1,0 +1,70 @@
+"""Pieces the command-line tools share: graph / cluster arguments and one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from placement_env.cluster import DEFAULT_KIND, DEVICE_KINDS, Cluster
+from placement_env.graph.model import ComputationGraph
+from placement_env.zoo.registry import load_graph
+
+
+def add_graph_and_cluster_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--graph", default="default",
+                        help="a shipped graph name (default, synthetic/<seed>) or a .json / .json.gz file")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--devices", type=int, help="number of identical devices of --device-kind (default 3)")
+    group.add_argument("--cluster", metavar="FILE", help="a cluster JSON file (heterogeneous allowed)")
+    parser.add_argument("--device-kind", default=DEFAULT_KIND, choices=list(DEVICE_KINDS),
+                        help=f"device kind for --devices (default {DEFAULT_KIND})")
+
+
+def graph_and_cluster_from_args(args: argparse.Namespace) -> tuple[ComputationGraph, Cluster]:
+    graph = load_graph(args.graph)
+    if args.cluster:
+        cluster = Cluster.from_json(args.cluster)
+    else:
+        cluster = Cluster.preset(args.device_kind, 3 if args.devices is None else args.devices)
+    return graph, cluster
+
+
+def check_output_paths(file: str | None = None, folder: str | None = None, *more_folders: str | None) -> None:
+    """Refuse, before any work is done, an output ``file`` that is a folder or lies in no folder,
+    and an output ``folder`` (or any of ``more_folders``) that is a file (``ValueError`` naming the path)."""
+    if file is not None:
+        path = Path(file)
+        if path.is_dir():
+            raise ValueError(f"{file!r} is a folder; give a file name to write")
+        if not path.parent.is_dir():
+            raise ValueError(f"cannot write {file!r}: folder {str(path.parent)!r} does not exist")
+    for name in (folder, *more_folders):
+        if name is not None and Path(name).exists() and not Path(name).is_dir():
+            raise ValueError(f"{name!r} is a file, not a folder")
+
+
+def os_error_message(exc: OSError) -> str:
+    """``out.json: Is a directory`` (the file first, as the input validators say it) rather than
+    ``[Errno 21] Is a directory: 'out.json'``."""
+    if exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
+def run_cli(main: Callable[[], int]) -> int:
+    """Run ``main``; bad input (or an output path that cannot be written) ends with a one-line
+    ``error: ...`` on stderr and exit code 2."""
+    try:
+        return main()
+    except (ValueError, KeyError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # FileNotFoundError, IsADirectoryError, PermissionError, ...
+        print(f"error: {os_error_message(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,73 @@
+"""Forward graph -> training graph (``shared/spec/simulator.md`` section 5).
+
+For every forward op ``v`` a backward op ``v'`` (id ``<v>_grad``) is added in
+the same colocation group as ``v``:
+
+* cost: ``BACKWARD_COST_WITH_PARAMS`` (2.0) x the forward cost for an op with
+  parameters (gradient w.r.t. the inputs and w.r.t. the weights, each about one
+  forward pass), ``BACKWARD_COST_NO_PARAMS`` (1.0) x otherwise (gradient
+  w.r.t. the inputs only);
+* output bytes: the gradients of ``v``'s inputs, i.e. the sum of its
+  predecessors' output bytes (weight gradients are in the static memory that
+  ``param_factor`` accounts for, so ``v'`` owns no parameters);
+* edges: for every forward edge ``u -> v`` a backward edge ``v' -> u'``
+  carrying ``output_bytes[u]`` and a saved-activation edge ``u -> v'``; every
+  forward sink ``s`` feeds ``s'`` (the loss gradient enters there).
+
+A forward op without a colocation group gets one named after it, so the unit
+the agent places is "an op and its gradient".
+"""
+
+from __future__ import annotations
+
+from placement_env.checks import checked_instance
+from placement_env.graph.model import ComputationGraph, Edge, Node
+
+BACKWARD_COST_WITH_PARAMS = 2.0
+BACKWARD_COST_NO_PARAMS = 1.0
+GRAD_SUFFIX = "_grad"
+
+
+def to_training_graph(forward: ComputationGraph, name: str | None = None) -> ComputationGraph:
+    """The training graph of a forward graph (forward ops first, then backward ops in reverse order)."""
+    checked_instance("forward", forward, ComputationGraph)
+    if any(n.phase in ("backward", "update") for n in forward.nodes):
+        bad = next(n for n in forward.nodes if n.phase in ("backward", "update"))
+        raise ValueError(f"graph {forward.name!r} is already a training graph "
+                         f"(node {bad.id!r} has phase {bad.phase!r})")
+    ids = set(forward.ids)
+    groups = {n.colocation for n in forward.nodes if n.colocation is not None}
+
+    def fresh(base: str, taken: set[str]) -> str:
+        name, k = base, 1
+        while name in taken:
+            name, k = f"{base}#{k}", k + 1
+        taken.add(name)
+        return name
+
+    group_of, grad_id = [], []
+    for node in forward.nodes:
+        group_of.append(node.colocation if node.colocation is not None else fresh(node.id, groups))
+        grad_id.append(fresh(node.id + GRAD_SUFFIX, ids))
+
+    ptr, preds, _ = forward.predecessors
+    nodes = [Node(n.id, n.op, n.cost, n.output_bytes, n.param_bytes, group_of[i], n.flops, "forward")
+             for i, n in enumerate(forward.nodes)]
+    backward = []
+    for i in reversed(range(forward.num_nodes)):
+        n = forward.nodes[i]
+        factor = BACKWARD_COST_WITH_PARAMS if n.param_bytes > 0 else BACKWARD_COST_NO_PARAMS
+        in_grad_bytes = sum(forward.nodes[int(u)].output_bytes for u in preds[ptr[i]:ptr[i + 1]])
+        flops = None if n.flops is None else n.flops * factor
+        backward.append(Node(grad_id[i], n.op + GRAD_SUFFIX, n.cost * factor, in_grad_bytes, 0, group_of[i], flops,
+                             "backward"))
+    nodes += backward
+
+    edges = list(forward.edges())
+    for s, d in zip(forward.edge_src.tolist(), forward.edge_dst.tolist()):
+        edges.append(Edge(grad_id[d], grad_id[s], forward.nodes[s].output_bytes))
+        edges.append(Edge(forward.nodes[s].id, grad_id[d], forward.nodes[s].output_bytes))
+    for s in range(forward.num_nodes):
+        if forward.out_degree[s] == 0:
+            edges.append(Edge(forward.nodes[s].id, grad_id[s], forward.nodes[s].output_bytes))
+    return ComputationGraph(nodes, edges, name=name or f"{forward.name}-train")

@@ -1,0 +1,316 @@
+"""PyTorch models as computation graphs: :func:`from_torch`.
+
+``from_torch(module, example_inputs)`` traces any ``nn.Module`` with
+``torch.export`` (falling back to ``torch.fx.symbolic_trace`` when export
+fails; if both fail the error names the module, the line of its source at
+fault and both reasons), runs the traced graph once through a
+``torch.fx.Interpreter`` on fake tensors of the example inputs' shapes (no
+memory, no arithmetic; real tensors with ``profile=True``) and records, for
+every operation:
+
+* ``op``: the ATen (or module / function) name, e.g. ``conv2d``, ``linear``,
+  ``relu``, ``getitem``; ``placement_env.features`` maps names to op-type
+  categories for the agents;
+* ``flops``: what ``torch.utils.flop_counter.FlopCounterMode`` counts for it
+  (convolutions, matrix products...; 0 for ops it does not count);
+* ``output_bytes``: bytes of the tensors it returns; ``param_bytes``: bytes of
+  the trainable parameters only it reads (buffers such as running statistics
+  are not charged); a parameter read by several ops becomes a ``parameter`` op
+  of its own feeding each of them (``shared_parameters``);
+* ``cost`` (seconds on the reference device): a roofline estimate for the
+  named device kind, ``max(flops / (peak x efficiency), bytes moved /
+  (bandwidth x efficiency)) + launch overhead``, or, with ``profile=True``, the
+  median of ``repeats`` timed runs of the op on this machine.
+
+Views, ``getitem`` and in-place ops (names ending in ``_``) are colocated with
+the producer of their first input: they alias its memory. User inputs become
+zero-cost ``input`` ops. With ``training=True`` (the default) the result is the
+training graph of spec section 5 (``training_graph.py``), built from the
+forward graph: one backward op per forward op in its colocation group, which
+keeps every op and its gradient one placement unit. (The joint forward-backward
+graph of ``torch.export``/AOTAutograd has many backward ops per forward op with
+no such pairing, and is not used.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import operator
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from placement_env.checks import first_line
+from placement_env.graph.model import ComputationGraph, Edge, Node
+from placement_env.graph.training import to_training_graph
+
+
+@dataclass(frozen=True)
+class RooflineDevice:
+    """Peak FP32 FLOP/s and memory bandwidth (bytes/s) of a device kind, the fractions of them ops reach,
+    and a fixed per-op launch overhead (s)."""
+
+    peak_flops: float
+    bandwidth: float
+    compute_efficiency: float = 0.6
+    memory_efficiency: float = 0.7
+    launch_overhead: float = 5e-6
+
+
+# Datasheet peaks (see cluster.py for the sources): P100 PCIe 9.3 TFLOP/s and 732 GB/s HBM2, K80 (one GK210)
+# 4.37 TFLOP/s and 240 GB/s, V100 SXM2 15.7 TFLOP/s and 900 GB/s, A100 SXM4 19.5 TFLOP/s (FP32) and 2,039 GB/s,
+# H100 SXM5 67 TFLOP/s and 3,350 GB/s.
+ROOFLINE_DEVICES: dict[str, RooflineDevice] = {
+    "p100": RooflineDevice(9.3e12, 732e9),
+    "k80": RooflineDevice(4.37e12, 240e9),
+    "v100-nvlink": RooflineDevice(15.7e12, 900e9),
+    "a100-nvlink": RooflineDevice(19.5e12, 2039e9),
+    "h100-nvlink": RooflineDevice(67e12, 3350e9),
+}
+# ops whose output aliases (or is a re-layout of) their first input: colocated with its producer
+ALIASING_OPS = frozenset({
+    "view", "_unsafe_view", "reshape", "view_as", "transpose", "permute", "t", "expand", "expand_as", "squeeze",
+    "unsqueeze", "flatten", "unflatten", "slice", "select", "narrow", "getitem", "alias", "as_strided", "detach",
+    "split", "chunk", "unbind", "contiguous", "dropout", "identity",
+})
+
+
+def _tensor_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    return 0
+
+
+def _trace(module: nn.Module, example_inputs: tuple) -> tuple[torch.fx.GraphModule, str]:
+    """A GraphModule of ``module`` and the tracer that produced it."""
+    try:
+        with _quiet_torch_logs():  # a failed export logs its whole graph; the error below says what failed
+            return torch.export.export(module, example_inputs).module(), "torch.export"
+    except Exception as export_error:  # noqa: BLE001 - any export failure falls back to fx
+        try:
+            return torch.fx.symbolic_trace(module), "torch.fx"
+        except Exception as fx_error:  # noqa: BLE001
+            raise ValueError(f"cannot trace module {type(module).__name__}{_user_frame(module, fx_error)}: "
+                             f"torch.export failed ({type(export_error).__name__}: {first_line(export_error)}); "
+                             f"torch.fx failed ({type(fx_error).__name__}: {first_line(fx_error)})") from None
+
+
+def _describe_inputs(inputs: tuple) -> str:
+    return ", ".join(f"tensor{list(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+                     for x in inputs) or "none"
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs() -> Iterator[None]:
+    """Silence logging below CRITICAL and prints to stderr for the duration of the block (a failed
+    ``torch.export`` prints its partial graph there)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def _user_frame(module: nn.Module, error: BaseException) -> str:
+    """`` at file:line (`code`)``: the innermost frame of ``error``'s traceback in the module's own source file."""
+    import inspect
+    import traceback
+
+    try:
+        source = inspect.getsourcefile(type(module))
+    except (TypeError, OSError):  # a class defined without a source file (a REPL, python -c)
+        return ""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == source]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    code = (frame.line or "").strip()  # empty when the source is not on disk (standard input)
+    return f" at {frame.filename}:{frame.lineno}" + (f" (`{code}`)" if code else "")
+
+
+def _op_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
+    if node.op == "call_module":
+        return type(gm.get_submodule(str(node.target))).__name__.lower()
+    if node.op == "call_method":
+        return str(node.target)
+    target = node.target
+    if target is operator.getitem:
+        return "getitem"
+    name = getattr(target, "__name__", str(target))
+    return name.split(".")[0]  # "conv2d.default" -> "conv2d"
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs the graph once, recording each op's output bytes, FLOPs and (optionally) measured time."""
+
+    def __init__(self, gm: torch.fx.GraphModule, profile: bool, repeats: int) -> None:
+        super().__init__(gm)
+        self.profile, self.repeats = profile, repeats
+        self.records: dict[str, dict] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op not in ("call_function", "call_method", "call_module"):
+            return super().run_node(n)
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            out = super().run_node(n)
+        record = {"flops": float(counter.get_total_flops()), "output_bytes": _tensor_bytes(out)}
+        if self.profile:
+            times = []
+            for _ in range(self.repeats):
+                t0 = time.perf_counter()
+                super().run_node(n)
+                times.append(time.perf_counter() - t0)
+            record["measured"] = statistics.median(times)
+        self.records[n.name] = record
+        return out
+
+
+def _owned_parameters(gm: torch.fx.GraphModule, n: torch.fx.Node) -> list[str]:
+    """The parameter names an fx node reads: its module's parameters, or the attributes it takes as inputs."""
+    owned = []
+    if n.op == "call_module":
+        owned = [f"{n.target}.{k}" for k, _ in gm.get_submodule(str(n.target)).named_parameters()]
+    return owned + [str(a.target) for a in n.all_input_nodes if a.op == "get_attr"]
+
+
+def _parameter_readers(gm: torch.fx.GraphModule, records: dict[str, dict]) -> dict[str, int]:
+    """How many recorded ops read each parameter."""
+    count: dict[str, int] = {}
+    for n in gm.graph.nodes:
+        if n.name in records:
+            for key in set(_owned_parameters(gm, n)):
+                count[key] = count.get(key, 0) + 1
+    return count
+
+
+def _parameter_op(key: str, size: int, nodes: list[Node], producers: dict[str, str],
+                  out_bytes: dict[str, int]) -> str:
+    """The id of the ``parameter`` op of shared parameter ``key``, added before its first reader."""
+    op_id = f"param:{key}"
+    if op_id not in producers:
+        nodes.append(Node(op_id, "parameter", 0.0, size, size, flops=0.0))
+        producers[op_id] = op_id
+        out_bytes[op_id] = size
+    return op_id
+
+
+def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, *, name: str | None = None,
+               device_kind: str = "p100", profile: bool = False, repeats: int = 5,
+               training: bool = True, shared_parameters: bool = True) -> ComputationGraph:
+    """The computation graph of ``module`` on ``example_inputs`` (see the module docstring).
+
+    Args:
+        module: any ``torch.nn.Module`` (put in eval mode for inference statistics).
+        example_inputs: a tensor or a tuple of positional inputs; their shapes fix every shape.
+        name: the graph's name (default: the module's class name).
+        device_kind: the roofline device of :data:`ROOFLINE_DEVICES` for op costs.
+        profile: measure op times on this machine instead of the roofline model.
+        repeats: timed runs per op with ``profile`` (the median is kept).
+        training: return the training graph (forward + backward ops), else the forward graph.
+        shared_parameters: a parameter read by more than one op (a weight shared across the time steps of an
+            unrolled RNN, a submodule called twice) becomes a zero-cost ``parameter`` op holding its bytes, with
+            an edge carrying the weight to every reader, as variables are nodes in a TensorFlow graph: a reader
+            placed elsewhere then pays for the copy, and in the training graph the readers' gradients flow back
+            to it. With ``False`` the first reader holds the parameter and the others read it for free.
+    """
+    if device_kind not in ROOFLINE_DEVICES:
+        raise ValueError(f"unknown device kind {device_kind!r}; known: {', '.join(ROOFLINE_DEVICES)}")
+    if profile and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if isinstance(example_inputs, (str, bytes)):
+        raise ValueError(f"example_inputs must be a tensor or a sequence of inputs, got {example_inputs!r}")
+    inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    gm, _ = _trace(module, inputs)
+    recorder = _Recorder(gm, profile, repeats)
+    try:
+        with torch.no_grad(), _quiet_torch_logs():  # a failing fake-tensor op logs a traceback of torch's own
+            if profile:
+                recorder.run(*inputs)
+            else:  # shapes, bytes and FLOPs need no arithmetic: run on fake tensors (no memory, no compute)
+                from torch._subclasses.fake_tensor import FakeTensorMode
+
+                with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+                    recorder.run(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs])
+    except Exception as error:  # noqa: BLE001 - whatever the module raised on these inputs
+        raise ValueError(f"module {type(module).__name__} does not run on example inputs "
+                         f"({_describe_inputs(inputs)}): {type(error).__name__}: {first_line(error)}") from None
+    roof = ROOFLINE_DEVICES[device_kind]
+
+    params = {}
+    for pname, p in gm.named_parameters():  # buffers (running statistics) are not trained: not charged
+        params[pname] = p.numel() * p.element_size()
+    producers: dict[str, str] = {}  # fx node name -> graph node id
+    out_bytes: dict[str, int] = {}
+    charged: set[str] = set()
+    group: dict[str, str] = {}
+    nodes: list[Node] = []
+    edges: list[Edge] = []
+    readers = _parameter_readers(gm, recorder.records)
+    shared = {key for key, count in readers.items() if count > 1 and key in params} if shared_parameters else set()
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            value = n.meta.get("val", n.meta.get("example_value"))
+            idx = len([x for x in nodes if x.op == "input"])
+            size = _tensor_bytes(value) if value is not None else _tensor_bytes(inputs[idx]) if idx < len(inputs) else 0
+            nodes.append(Node(n.name, "input", 0.0, size, 0, flops=0.0))
+            producers[n.name] = n.name
+            out_bytes[n.name] = size
+            continue
+        if n.op in ("get_attr", "output") or (n.op == "call_module" and str(n.target).startswith("_guards")):
+            continue
+        record = recorder.records.get(n.name)
+        if record is None:
+            continue
+        inputs_of = [a for a in n.all_input_nodes if a.name in producers]
+        param_b = 0
+        owned = _owned_parameters(gm, n)
+        shared_reads = []
+        for key in owned:
+            if key in shared:
+                shared_reads.append(_parameter_op(key, params[key], nodes, producers, out_bytes))
+            elif key in params and key not in charged:
+                charged.add(key)
+                param_b += params[key]
+        moved = (record["output_bytes"] + sum(out_bytes[a.name] for a in inputs_of) + param_b
+                 + sum(out_bytes[k] for k in shared_reads))
+        if profile:
+            cost = record["measured"]
+        else:
+            cost = max(record["flops"] / (roof.peak_flops * roof.compute_efficiency),
+                       moved / (roof.bandwidth * roof.memory_efficiency)) + roof.launch_overhead
+        op = _op_name(gm, n)
+        aliasing = op in ALIASING_OPS or (op.endswith("_") and not op.endswith("__"))  # in-place ops too
+        coloc = None
+        if aliasing and inputs_of:
+            source = inputs_of[0].name
+            coloc = group.setdefault(source, f"{source}/alias")
+            group[n.name] = coloc
+        nodes.append(Node(n.name, op, float(cost), int(record["output_bytes"]), int(param_b), coloc,
+                          float(record["flops"])))
+        producers[n.name] = n.name
+        out_bytes[n.name] = record["output_bytes"]
+        seen = set()
+        for source in [a.name for a in inputs_of] + shared_reads:
+            if source not in seen:
+                seen.add(source)
+                edges.append(Edge(source, n.name))
+    # an op whose group was created after it was added (its first aliasing consumer came later) joins it
+    nodes = [Node(x.id, x.op, x.cost, x.output_bytes, x.param_bytes, group.get(x.id, x.colocation), x.flops)
+             for x in nodes]
+    graph = ComputationGraph(nodes, edges, name=name or type(module).__name__)
+    return to_training_graph(graph, name=graph.name) if training else graph

@@ -1,0 +1,122 @@
+"""The simulator semantics written literally, with one ``heapq`` event queue.
+
+This is the readable statement of ``shared/spec/simulator.md`` section 3 and
+the oracle the compiled simulator is tested against (results must be
+identical, not close). It is about 100x slower; ``benchmarks/simulator.py``
+prints both speeds.
+
+Events are ``(time, phase, key, ...)``. At equal times the phases run in the
+spec's order: op completions (key: topological index), transfer completions
+(key: booking number), transfer bookings (key: producer's topological index,
+destination device), op starts (key: device index).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from placement_env.cluster import Cluster
+from placement_env.graph.model import ComputationGraph
+from placement_env.sim.memory_timeline import buffer_lifetimes, static_memory
+
+OP_DONE, TRANSFER_DONE, BOOK, START = 0, 1, 2, 3
+
+
+def simulate_reference(graph: ComputationGraph, placement, cluster: Cluster, param_factor: float = 4.0) -> dict:
+    """Simulate one placement. Returns ``makespan``, ``peak_memory``, ``busy``, ``start``,
+    ``end`` (node order) and ``transfers`` (``(node, src, dst, bytes, start, end)`` in booking order)."""
+    n, m = graph.num_nodes, cluster.num_devices
+    p = [int(x) for x in placement]
+    topo = graph.topo_index.tolist()
+    cost = graph.cost.tolist()
+    speed = cluster.speed.tolist()
+    succ: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for s, d, b in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_bytes.tolist()):
+        succ[s].append((d, b))
+    missing = graph.in_degree.tolist()
+    input_ready = [0.0] * n  # latest arrival among the inputs present so far
+
+    start = [0.0] * n
+    end = [0.0] * n
+    busy = [0.0] * m
+    running = [False] * m
+    ready: list[list[tuple[float, int, int]]] = [[] for _ in range(m)]  # (ready time, topo, node)
+    send_free = [0.0] * m
+    recv_free = [0.0] * m
+    transfers: list[tuple[int, int, int, float, float, float]] = []
+    consumers_on: dict[int, tuple[int, list[int]]] = {}  # booking number -> (dst device, consumers)
+
+    events: list[tuple] = []
+    for v in range(n):
+        if missing[v] == 0:
+            ready[p[v]].append((0.0, topo[v], v))
+    for d in range(m):
+        heapq.heapify(ready[d])
+        heapq.heappush(events, (0.0, START, d))
+
+    def input_arrives(v: int, t: float) -> None:
+        input_ready[v] = max(input_ready[v], t)
+        missing[v] -= 1
+        if missing[v] == 0:
+            heapq.heappush(ready[p[v]], (t, topo[v], v))
+            heapq.heappush(events, (t, START, p[v]))
+
+    while events:
+        ev = heapq.heappop(events)
+        t, phase = ev[0], ev[1]
+        if phase == OP_DONE:
+            u = ev[3]
+            a = p[u]
+            running[a] = False
+            remote: dict[int, float] = {}
+            for v, b in succ[u]:
+                if p[v] == a:
+                    input_arrives(v, t)
+                else:
+                    remote[p[v]] = max(remote.get(p[v], 0.0), b)
+            for dst, nbytes in remote.items():
+                heapq.heappush(events, (t, BOOK, (topo[u], dst), u, nbytes))
+            heapq.heappush(events, (t, START, a))
+        elif phase == TRANSFER_DONE:
+            dst, consumers = consumers_on.pop(ev[2])
+            for v in consumers:
+                input_arrives(v, t)
+        elif phase == BOOK:
+            _, dst = ev[2]
+            u, nbytes = ev[3], ev[4]
+            a = p[u]
+            s = max(t, send_free[a], recv_free[dst])
+            e = s + (float(cluster.latency[a, dst]) + nbytes / float(cluster.bandwidth[a, dst]))
+            send_free[a] = recv_free[dst] = e
+            consumers_on[len(transfers)] = (dst, [v for v, _ in succ[u] if p[v] == dst])
+            heapq.heappush(events, (e, TRANSFER_DONE, len(transfers)))
+            transfers.append((u, a, dst, nbytes, s, e))
+        else:  # START
+            d = ev[2]
+            if not running[d] and ready[d]:
+                _, tv, v = heapq.heappop(ready[d])
+                dur = cost[v] / speed[d]
+                start[v], end[v] = t, t + dur
+                busy[d] += dur
+                running[d] = True
+                heapq.heappush(events, (t + dur, OP_DONE, tv, v))
+
+    peak = _peak_memory(graph, p, cluster, start, end, transfers, param_factor)
+    return {"makespan": max(end), "peak_memory": peak, "busy": busy, "start": start, "end": end,
+            "transfers": transfers}
+
+
+def _peak_memory(graph, p, cluster, start, end, transfers, param_factor) -> list[float]:
+    """Interval sweep: each buffer lives on [alloc, free); frees sort before allocations."""
+    m = cluster.num_devices
+    static = static_memory(graph, p, m, param_factor)
+    lifetimes = buffer_lifetimes(graph, p, start, end, transfers, m)
+    peaks = []
+    for d in range(m):
+        events = [(s, 1, size) for s, _, size in lifetimes[d]] + [(f, 0, size) for _, f, size in lifetimes[d]]
+        cur = top = 0.0
+        for _, kind, size in sorted(events):  # (time, 0 free | 1 alloc, bytes)
+            cur += size if kind else -size
+            top = max(top, cur)
+        peaks.append(static[d] + top)
+    return peaks

@@ -1,0 +1,92 @@
+"""Graphs by name: ``load_graph("cifar10/3")``, ``load_graph("resnet50")``, a path, or a graph object.
+
+Shipped names:
+
+* ``ptb/<seed>``, ``cifar10/<seed>``, ``nmt/<seed>``: the paper's benchmark
+  suites, traced from seeded PyTorch models (:mod:`placement_env.suites`);
+  seeds 0..16 ship as files, seeds from 100 up are held out and traced on
+  demand;
+* the real models of the paper's table 6 (:data:`REAL_MODELS`), shipped as
+  files when extracted by ``scripts/extract_real_models.py``;
+* ``synthetic/<seed>``: the training graph of a seeded layered DAG of
+  ``SYNTHETIC_FORWARD_OPS`` forward ops (twice as many ops in all), with the
+  default :class:`~placement_env.synthetic.LayeredDagSpec` distributions;
+* ``default``: ``cifar10/0``, the graph of the README's main command.
+
+Suites (:func:`load_suite`): ``ptb``, ``cifar10``, ``nmt`` and ``synthetic``
+are seeds 0..16 of their family (17 graphs each, as in the paper); ``real``
+is the real models.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from placement_env.graph.io import read_graph
+from placement_env.graph.model import ComputationGraph
+from placement_env.graph.synthetic import layered_dag
+from placement_env.zoo.suites import SUITE_NAMES, SUITE_SEEDS, load_suite_graph
+
+SYNTHETIC_FORWARD_OPS = 300
+DEFAULT_GRAPH = "cifar10/0"
+_SEEDED = re.compile(r"(synthetic|ptb|cifar10|nmt)/(\d+)")
+REAL_MODELS_DIR = Path(__file__).resolve().parent / "data" / "models"
+# the real models of the paper's table 6 (file stem -> description)
+REAL_MODELS: dict[str, str] = {
+    "vgg19": "VGG19 (torchvision)", "inception_v3": "InceptionV3 (torchvision)",
+    "resnet50": "ResNet50 (torchvision)", "resnet101": "ResNet101 (torchvision)",
+    "nasnet_large": "NASNet-A large (timm nasnetalarge)", "pnasnet_large": "PNASNet-5 large (timm pnasnet5large)",
+}
+
+
+def load_graph(source: str | os.PathLike | ComputationGraph) -> ComputationGraph:
+    """A graph from a shipped name, a ``.json`` / ``.json.gz`` path, or a graph object (returned as is).
+
+    Raises:
+        ValueError: for a name that is neither an existing file nor a shipped graph.
+    """
+    if isinstance(source, ComputationGraph):
+        return source
+    if not isinstance(source, (str, os.PathLike)):
+        raise ValueError(f"a graph must be a name, a path or a ComputationGraph, got {type(source).__name__}")
+    text = os.fspath(source)
+    if Path(text).is_file():
+        return read_graph(text)
+    if text == "default":
+        text = DEFAULT_GRAPH
+    match = _SEEDED.fullmatch(text)
+    if match:
+        family, seed = match.group(1), int(match.group(2))
+        if family == "synthetic":
+            return layered_dag(seed, training=True, name=text, num_ops=SYNTHETIC_FORWARD_OPS)
+        return load_suite_graph(family, seed)
+    if text in REAL_MODELS:
+        path = REAL_MODELS_DIR / f"{text}.json.gz"
+        if not path.is_file():
+            raise FileNotFoundError(f"real model {text!r} is not shipped in this install ({path} is missing); "
+                                    "extract it with scripts/extract_real_models.py")
+        return read_graph(path)
+    if text.endswith((".json", ".json.gz")):
+        raise FileNotFoundError(f"graph file {text!r} does not exist")
+    raise ValueError(f"unknown graph {text!r}: not an existing file and not a shipped graph "
+                     f"(shipped: {', '.join(list_graphs())})")
+
+
+SUITES: dict[str, list[str]] = {name: [f"{name}/{seed}" for seed in SUITE_SEEDS] for name in SUITE_NAMES}
+SUITES["synthetic"] = [f"synthetic/{seed}" for seed in SUITE_SEEDS]
+SUITES["real"] = list(REAL_MODELS)
+
+
+def load_suite(name: str) -> list[ComputationGraph]:
+    """The graphs of a suite (see :data:`SUITES`)."""
+    if name not in SUITES:
+        raise ValueError(f"unknown suite {name!r}; known suites: {', '.join(SUITES)}")
+    return [load_graph(g) for g in SUITES[name]]
+
+
+def list_graphs() -> list[str]:
+    """The names :func:`load_graph` knows (``<seed>`` stands for any non-negative integer)."""
+    return (["default"] + [f"{name}/<seed>" for name in SUITE_NAMES] + ["synthetic/<seed>"]
+            + [m for m in REAL_MODELS if (REAL_MODELS_DIR / f"{m}.json.gz").is_file()])
