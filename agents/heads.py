@@ -1,4 +1,4 @@
-"""The placement heads shared by every policy (SB3 or REINFORCE), per ``shared/spec/fadp_gt.md``.
+"""The placement heads shared by every policy (SB3 or REINFORCE), per ``docs/spec/fadp_gt.md``.
 
 * :class:`NodeDeviceHead`: per-node logits over devices from
   ``[z_i, graph vector, device-count one-hot]``, one MLP for all nodes, so a

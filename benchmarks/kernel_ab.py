@@ -1,7 +1,7 @@
 """A/B timing of simulator kernel variants against the current kernel, for kernel work.
 
 Run: ``python benchmarks/kernel_ab.py variant.py [variant2.py ...]`` where each
-variant is a copy of ``placement_env/simulator_kernel.py`` with a change. A
+variant is a copy of ``placement_env/sim/kernel.py`` with a change. A
 variant may change its ``Workspace`` buffers and its kernel internals, but
 ``sim_batch`` must take the graph arrays of ``Simulator._kernel_args()``, the
 placements, the topological order, the cluster arrays and ``param_factor``,
@@ -32,7 +32,8 @@ import time
 import numpy as np
 from machine import machine_line
 
-from placement_env import Cluster, layered_dag, load_graph, simulator_kernel
+from placement_env import Cluster, layered_dag, load_graph
+from placement_env.sim import kernel as simulator_kernel
 from placement_env.sim.simulator import Simulator
 
 GRAPHS = ("synthetic", "ptb/12", "nmt/5")

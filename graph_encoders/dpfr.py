@@ -1,4 +1,4 @@
-r"""DPFR: Dual-Pooling Feature Refinement after a FAGA layer (paper eq. 9-15, ``shared/spec/fadp_gt.md``).
+r"""DPFR: Dual-Pooling Feature Refinement after a FAGA layer (paper eq. 9-15, ``docs/spec/fadp_gt.md``).
 
 .. math::
     c_{avg} = \mathrm{mean}_{nodes}(\bar X + F^{i-1}_{avg}), \quad

@@ -1,4 +1,4 @@
-"""FADP-GT: the Frequency-Adaptive Dual-Pooling Graph Transformer (paper section 2; ``shared/spec/fadp_gt.md``).
+"""FADP-GT: the Frequency-Adaptive Dual-Pooling Graph Transformer (paper section 2; ``docs/spec/fadp_gt.md``).
 
 ``X -> Linear -> [FAGA -> DPFR] x num_layers -> Z``; the graph vector is the
 mean of Z over real nodes. The frequency maps of each graph are computed once

@@ -1,4 +1,4 @@
-r"""FAGA: Frequency-Adaptive Graph Attention, one layer (paper eq. 1-8, ``shared/spec/fadp_gt.md``).
+r"""FAGA: Frequency-Adaptive Graph Attention, one layer (paper eq. 1-8, ``docs/spec/fadp_gt.md``).
 
 Per head :math:`h` (width :math:`d_h = d'/H`), with node mask applied to every softmax:
 

@@ -1,4 +1,4 @@
-r"""The frequency split of FAGA (paper eq. 3-5; ``shared/spec/fadp_gt.md`` step 3).
+r"""The frequency split of FAGA (paper eq. 3-5; ``docs/spec/fadp_gt.md`` step 3).
 
 With :math:`A_s = A + A^\top` (binary) and :math:`D` its degrees,
 

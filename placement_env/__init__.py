@@ -73,13 +73,15 @@ _ON_FIRST_USE = {  # name -> module that defines it
 }
 
 
-def __getattr__(name: str) -> Any:
-    """The names of :data:`_ON_FIRST_USE`, imported when first asked for (PEP 562)."""
-    if name in _ON_FIRST_USE:
-        value = getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'placement_env' has no attribute {name!r}")
+if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all attribute
+
+    def __getattr__(name: str) -> Any:
+        """The names of :data:`_ON_FIRST_USE`, imported when first asked for (PEP 562)."""
+        if name in _ON_FIRST_USE:
+            value = getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
+            globals()[name] = value
+            return value
+        raise AttributeError(f"module 'placement_env' has no attribute {name!r}")
 
 
 register_environments()

@@ -1,4 +1,4 @@
-"""Clusters of devices and the links between them (``shared/spec/simulator.md`` section 2).
+"""Clusters of devices and the links between them (``docs/spec/simulator.md`` section 2).
 
 Units: ``speed`` is relative to the reference device (1.0 = one Tesla P100),
 ``memory_bytes`` in bytes, ``bandwidth`` in bytes/s and ``latency`` in

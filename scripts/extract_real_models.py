@@ -6,7 +6,7 @@ Builds VGG19, InceptionV3, ResNet50 and ResNet101 (torchvision) and NASNet-A lar
 with random weights (weights do not change shapes, FLOPs or bytes), traces each with
 ``placement_env.from_torch`` in training mode at the batch size given (default 32) and each model's own input
 resolution (224 x 224; InceptionV3 299 x 299; NASNet and PNASNet 331 x 331), and writes the training graph
-(roofline costs of a P100, spec section 5) to ``placement_env/data/models/<name>.json.gz``.
+(roofline costs of a P100, spec section 5) to ``placement_env/zoo/data/models/<name>.json.gz``.
 
 torchvision and timm do not import beside the CPU build of torch 2.13.0 this project tests with, so run this
 in a separate environment (see the README: torch 2.14.1 and torchvision 0.29.1 from the local disk, then

@@ -1,4 +1,4 @@
-"""The simulator on cases computed by hand (shared/spec/simulator.md section 3).
+"""The simulator on cases computed by hand (docs/spec/simulator.md section 3).
 
 Unless said otherwise: links of 100 B/s with 0.5 s latency, so a 100-byte
 transfer takes 0.5 + 1 = 1.5 s; devices of speed 1; no parameters.

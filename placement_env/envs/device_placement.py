@@ -18,7 +18,7 @@ class DevicePlacementEnv(PlacementEnvBase):
     ## Description
 
     Place every operation of a computation graph on one of M devices so that a
-    simulated training step (``shared/spec/simulator.md``) finishes soonest
+    simulated training step (``docs/spec/simulator.md``) finishes soonest
     without exceeding device memory. Each step proposes a whole placement, as
     in the FADP-GT paper (section 2.4): the agent sees the graph and the
     current placement and answers with a new one.

@@ -21,7 +21,7 @@ class DevicePlacementSequentialEnv(PlacementEnvBase):
     Placeto's MDP (Addanki et al., 2019): starting from a complete placement,
     visit the placement units one at a time in a traversal order and choose a
     device for the current one; the simulated step time
-    (``shared/spec/simulator.md``) after each change is the signal.
+    (``docs/spec/simulator.md``) after each change is the signal.
 
     ## Action Space
 

@@ -1,6 +1,6 @@
 """The JSON interchange format for graphs (``.json`` or gzipped ``.json.gz``).
 
-Layout (``shared/spec/simulator.md`` section 1)::
+Layout (``docs/spec/simulator.md`` section 1)::
 
     {"format": "device-placement-graph", "version": 1, "name": "...",
      "nodes": [{"id": ..., "op": ..., "cost": ..., "output_bytes": ..., "param_bytes": ...,

@@ -1,6 +1,6 @@
 """The computation graph: operations (nodes) and the tensors they exchange (edges).
 
-Semantics and units follow ``shared/spec/simulator.md`` section 1:
+Semantics and units follow ``docs/spec/simulator.md`` section 1:
 
 * ``cost`` is seconds on the reference device (speed 1.0),
 * ``output_bytes`` / ``param_bytes`` / edge ``bytes`` are bytes,

@@ -10,7 +10,7 @@ least one parent, from the level just above, so there are no stray sources).
 Op costs (seconds), output sizes and parameter sizes (bytes) are log-normal,
 given by their medians and log-space spreads; sizes are multiples of 4 bytes
 (float32 tensors). The result is a forward graph, or with ``training=True``
-(the default) its training graph per ``training_graph.py``.
+(the default) its training graph per :mod:`placement_env.graph.training`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Forward graph -> training graph (``shared/spec/simulator.md`` section 5).
+"""Forward graph -> training graph (``docs/spec/simulator.md`` section 5).
 
 For every forward op ``v`` a backward op ``v'`` (id ``<v>_grad``) is added in
 the same colocation group as ``v``:

@@ -25,7 +25,7 @@ every operation:
 Views, ``getitem`` and in-place ops (names ending in ``_``) are colocated with
 the producer of their first input: they alias its memory. User inputs become
 zero-cost ``input`` ops. With ``training=True`` (the default) the result is the
-training graph of spec section 5 (``training_graph.py``), built from the
+training graph of spec section 5 (:mod:`placement_env.graph.training`), built from the
 forward graph: one backward op per forward op in its colocation group, which
 keeps every op and its gradient one placement unit. (The joint forward-backward
 graph of ``torch.export``/AOTAutograd has many backward ops per forward op with

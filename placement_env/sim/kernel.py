@@ -3,7 +3,7 @@
 Everything here works in *topological positions*: node ``i`` is the ``i``-th
 node of the graph's topological order, so comparing positions is the spec's
 topological-index tie-break. The semantics are those of
-``shared/spec/simulator.md`` section 3; ``simulator_reference.py`` is the same
+``docs/spec/simulator.md`` section 3; :mod:`placement_env.sim.reference` is the same
 semantics written as a literal priority-queue simulation, and the tests hold
 the two to identical results.
 

@@ -1,6 +1,6 @@
 """Each device's memory over one simulated step, rebuilt from the schedule.
 
-The memory model of ``shared/spec/simulator.md`` section 3 written as buffer
+The memory model of ``docs/spec/simulator.md`` section 3 written as buffer
 lifetimes, one ``(alloc, free, bytes)`` triple per buffer:
 
 * the output of op ``u`` lives on ``p(u)`` from the start of ``u`` until the
@@ -11,7 +11,7 @@ lifetimes, one ``(alloc, free, bytes)`` triple per buffer:
 
 A buffer occupies the half-open interval ``[alloc, free)``: at equal times,
 frees come before allocations. :func:`buffer_lifetimes` is shared with the
-literal reference simulator (``simulator_reference.py``), whose peak the
+literal reference simulator (:mod:`placement_env.sim.reference`), whose peak the
 compiled simulator is tested to equal exactly; :func:`memory_timeline` turns the
 lifetimes of a :class:`~placement_env.SimulationResult` into step functions,
 for a look at *when* a device fills up (``python -m placement_env simulate --trace``).

@@ -1,6 +1,6 @@
 """The simulator semantics written literally, with one ``heapq`` event queue.
 
-This is the readable statement of ``shared/spec/simulator.md`` section 3 and
+This is the readable statement of ``docs/spec/simulator.md`` section 3 and
 the oracle the compiled simulator is tested against (results must be
 identical, not close). It is about 100x slower; ``benchmarks/simulator.py``
 prints both speeds.

@@ -1,4 +1,4 @@
-"""Simulated step time and peak memory of a placement (``shared/spec/simulator.md`` sections 3-4).
+"""Simulated step time and peak memory of a placement (``docs/spec/simulator.md`` sections 3-4).
 
 * :func:`simulate` runs one placement and returns a :class:`SimulationResult`
   with the makespan (seconds), per-device peak memory (bytes) and busy time

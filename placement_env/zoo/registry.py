@@ -3,7 +3,7 @@
 Shipped names:
 
 * ``ptb/<seed>``, ``cifar10/<seed>``, ``nmt/<seed>``: the paper's benchmark
-  suites, traced from seeded PyTorch models (:mod:`placement_env.suites`);
+  suites, traced from seeded PyTorch models (:mod:`placement_env.zoo.suites`);
   seeds 0..16 ship as files, seeds from 100 up are held out and traced on
   demand;
 * the real models of the paper's table 6 (:data:`REAL_MODELS`), shipped as

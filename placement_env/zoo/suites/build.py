@@ -1,6 +1,6 @@
-"""Regenerate the shipped suite graphs: ``python -m placement_env.suites.build [--suite ptb] [--check]``.
+"""Regenerate the shipped suite graphs: ``python -m placement_env.zoo.suites.build [--suite ptb] [--check]``.
 
-Traces seeds 0..16 of every suite and writes ``placement_env/data/suites/<suite>/<seed>.json.gz``; with
+Traces seeds 0..16 of every suite and writes ``placement_env/zoo/data/suites/<suite>/<seed>.json.gz``; with
 ``--check`` compares fresh builds against the shipped files instead and exits 1 on any difference.
 """
 
@@ -14,7 +14,8 @@ from placement_env.zoo.suites import SUITE_NAMES, SUITE_SEEDS, build_suite_graph
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m placement_env.suites.build", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m placement_env.zoo.suites.build",
+                                     description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--suite", choices=SUITE_NAMES, action="append", help="only these suites (repeatable)")
     parser.add_argument("--check", action="store_true", help="compare with the shipped files, write nothing")
     args = parser.parse_args(argv)
