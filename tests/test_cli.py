@@ -183,6 +183,7 @@ def test_comparison_command_rejects_unknown_placer(capsys):
     assert "unknown placer 'magic'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_graphs_command_lists_shipped_graphs(capsys):
     assert env_main(["graphs"]) == 0
     assert "default" in capsys.readouterr().out

@@ -44,6 +44,7 @@ def test_sequential_env_trains_with_maskable_ppo_and_dqn():
     assert dqn.num_timesteps >= 256
 
 
+@pytest.mark.slow
 def test_subproc_vec_env():
     # worker processes start fresh: "module:id" makes gymnasium import the package there (and register the id)
     venv = make_vec_env("placement_env:DevicePlacement-v0", n_envs=2, vec_env_cls=SubprocVecEnv,
@@ -56,6 +57,7 @@ def test_subproc_vec_env():
         venv.close()
 
 
+@pytest.mark.slow
 def test_ppo_improves_on_the_starting_placement():
     env = gym.make("DevicePlacement-v0", graph=SMALL, episode_length=8, initial_placement="single")
     _, info = env.reset(seed=0)

@@ -96,6 +96,7 @@ def test_random_search_does_not_find_the_learning_tests_optimum_within_the_budge
     assert best_random > 1.05 * optimum
 
 
+@pytest.mark.slow
 def test_ppo_with_fadp_gt_learns_the_optimal_placement():
     env, optimum = learning_task()
     model = make_sb3("ppo", env, encoder="fadp-gt", n_steps=64, batch_size=64, seed=0, learning_rate=1e-3)
@@ -106,6 +107,7 @@ def test_ppo_with_fadp_gt_learns_the_optimal_placement():
     assert info["makespan"] <= 1.05 * optimum
 
 
+@pytest.mark.slow
 def test_reinforce_with_fadp_gt_learns_the_optimal_placement():
     """With the stay prior, no uniform exploration and a learning rate of 3e-4 (README: the paper's 1e-3 and
     epsilon 0.1 do not learn this task)."""
@@ -119,6 +121,7 @@ def test_reinforce_with_fadp_gt_learns_the_optimal_placement():
 
 @pytest.mark.xfail(strict=True, reason="open point (README): with the paper's settings REINFORCE settles on "
                                        "everything on the fast device")
+@pytest.mark.slow
 def test_reinforce_with_the_papers_settings_learns_the_optimal_placement():
     env, optimum = learning_task()
     net, _ = train_reinforce(env, ReinforceConfig(encoder="fadp-gt", episodes=LEARNING_BUDGET, seed=0))

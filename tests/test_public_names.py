@@ -35,7 +35,10 @@ def test_every_public_name_still_imports(package):
     assert set(BEFORE_THE_LAYERS[package]) <= set(module.__all__)
 
 
-@pytest.mark.parametrize("first", ["baselines", "placement_env", "agents", "graph_encoders", "placement_env.envs.task"])
+LATER_FIRSTS = ("placement_env", "agents", "graph_encoders", "placement_env.envs.task")
+
+
+@pytest.mark.parametrize("first", ["baselines", *(pytest.param(n, marks=pytest.mark.slow) for n in LATER_FIRSTS)])
 def test_any_package_can_be_imported_first(first):
     """The environments sit above the placers, which sit above the graph: no import order may break."""
     code = f"import {first}; import placement_env, gymnasium; gymnasium.make('DevicePlacement-v0'); " \

@@ -25,6 +25,7 @@ def test_every_real_model_is_shipped_loads_and_simulates():
     assert sizes["nasnet_large"] > sizes["resnet101"] > sizes["resnet50"] > sizes["vgg19"]
 
 
+@pytest.mark.slow
 def test_resnet50_architecture_copy_traces_to_the_shipped_graph():
     """benchmarks/resnet50_model.py (no torchvision here) against the file the extraction script wrote with
     torchvision: every op, its FLOPs, bytes and cost, and every edge."""

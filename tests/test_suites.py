@@ -31,6 +31,7 @@ def test_every_shipped_suite_graph_loads_validates_and_simulates(suite):
     assert len({g.num_nodes for g in graphs}) > 3  # seeds really vary the architecture
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suite", SUITE_NAMES)
 def test_shipped_file_equals_a_fresh_trace_and_held_out_seeds_build(suite):
     assert build_suite_graph(suite, 5) == read_graph(shipped_path(suite, 5))
@@ -39,6 +40,7 @@ def test_shipped_file_equals_a_fresh_trace_and_held_out_seeds_build(suite):
     assert held_out is load_graph(f"{suite}/100")  # traced once per process
 
 
+@pytest.mark.slow
 def test_suite_averages_are_within_25_percent_of_the_papers_table1(capsys):
     for suite in SUITE_NAMES:
         s = suite_structure(suite)
@@ -58,6 +60,7 @@ def test_graph_structure_by_hand():
     assert (s.units, s.edges, s.out_degree) == (3, 2, 2 / 3) and s.density == pytest.approx(2 / 6)
 
 
+@pytest.mark.slow
 def test_graphs_command_lists_every_shipped_graph_with_sizes(capsys):
     assert env_main(["graphs"]) == 0
     out = capsys.readouterr().out

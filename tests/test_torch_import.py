@@ -139,6 +139,7 @@ def test_untraceable_module_names_the_module_and_the_reasons():
         from_torch(nn.Linear(2, 2), torch.randn(1, 2), device_kind="tpu")
 
 
+@pytest.mark.slow
 def test_a_module_typed_in_on_standard_input_is_named_without_empty_code():
     script = ("import torch\nfrom placement_env import from_torch\n"
               "class Typed(torch.nn.Module):\n    def forward(self, x):\n        return x * 2 if x.sum() > 0 else x\n"

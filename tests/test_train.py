@@ -78,6 +78,7 @@ def test_resume_continues_from_the_checkpoint(graph_file, tmp_path):
         run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "48", "--resume")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo, extra", [("ppo", ["--timesteps", "16"]), ("reinforce", ["--episodes", "2"])])
 def test_search_time_leaves_out_building_the_agent(graph_file, tmp_path, monkeypatch, algo, extra):
     """A slow agent build (1.5 s here) counts neither in the search time nor against the budget."""
@@ -138,12 +139,14 @@ def test_bad_arguments_end_with_one_line_and_exit_2(tmp_path, monkeypatch, capsy
     assert not (tmp_path / "results.json").exists()
 
 
+@pytest.mark.slow
 def test_the_script_itself_keeps_the_error_contract(tmp_path):
     out = subprocess.run([sys.executable, "train.py", "--out", str(tmp_path), "--devices", "0"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and out.stderr.strip() == "error: --devices must be >= 1, got 0"
 
 
+@pytest.mark.slow
 def test_a_suite_gets_one_best_placement_per_graph(tmp_path):
     results = run("synthetic", tmp_path, "--encoder", "gcn", "--timesteps", "48", "--episode-length", "2")
     names = [g["graph"] for g in results["graphs"]]
@@ -156,12 +159,14 @@ def test_a_suite_gets_one_best_placement_per_graph(tmp_path):
         assert simulate(graph, placement, Cluster.preset("p100", 3)).makespan == entry["makespan"]
 
 
+@pytest.mark.slow
 def test_parallel_environments(graph_file, tmp_path):
     results = run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "32", "--n-envs", "2")
     check_outputs(graph_file, tmp_path, results)
     assert results["steps"] >= 32
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_keeps_the_best_placement(graph_file, tmp_path):
     import signal
     import time
