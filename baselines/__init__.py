@@ -17,9 +17,11 @@ from baselines.m_topo import m_topo
 from baselines.memory import MemoryBudget, PlacementInfeasibleError, unit_demand
 from baselines.memory_repair import Placer, repair_memory, within_memory
 from baselines.metis import metis
-from baselines.placers import PLACERS, list_placers, place
+from baselines.placers import PLACERS, feasible_start, list_placers, place
 from baselines.simple import random_placement, round_robin, single_device
+from baselines.split import split
 
 __all__ = ["PLACERS", "MemoryBudget", "PlacementInfeasibleError", "Placer", "RefineResult", "critical_path_first",
-           "heft", "list_placers", "local_search_from", "m_etf", "m_topo", "metis", "place", "random_placement",
-           "refine", "repair_memory", "round_robin", "single_device", "unit_demand", "within_memory"]
+           "feasible_start", "heft", "list_placers", "local_search_from", "m_etf", "m_topo", "metis", "place",
+           "random_placement", "refine", "repair_memory", "round_robin", "single_device", "split", "unit_demand",
+           "within_memory"]

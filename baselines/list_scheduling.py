@@ -46,16 +46,14 @@ class ListSchedule:
         return arrival.max(axis=0)
 
     def allowed(self, v: int) -> np.ndarray:
-        """Devices ``v`` may go to: its unit's device if pinned, else those with room for the unit."""
+        """Devices ``v`` may go to: its unit's device if pinned, else those with budgeted room for the unit
+        (the freest device when none has: the simulator and the repair decide)."""
         unit = self.graph.unit_of[v]
         if self.unit_device[unit] >= 0:
             mask = np.zeros(self.cluster.num_devices, dtype=bool)
             mask[self.unit_device[unit]] = True
             return mask
-        mask = self.budget.fits(unit)
-        if not mask.any():
-            raise self.budget.no_room(unit)
-        return mask
+        return self.budget.room_or_freest(unit)
 
     def duration(self, v: int) -> np.ndarray:
         """Run time (s) of ``v`` on each device."""

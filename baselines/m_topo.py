@@ -29,9 +29,8 @@ def m_topo(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarr
             d += 1
         if not budget.fits(u)[d]:
             later = [k for k in range(d + 1, m) if budget.fits(u)[k]]
-            if not later:
-                raise budget.no_room(u, f"m-TOPO (filling devices in order): no device from device {d} on")
-            d = later[0]
+            if later:
+                d = later[0]  # else the unit overflows the last device's budget: the repair moves it
         budget.take(u, d)
         used[d] += budget.demand[u]
         units[u] = d

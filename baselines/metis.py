@@ -63,9 +63,7 @@ def _repair_memory(units: np.ndarray, budget: MemoryBudget, graph: ComputationGr
         else:
             overflow.append(u)
     for u in sorted(overflow, key=lambda u: unit_cost[u]):
-        room = np.nonzero(budget.fits(u))[0]
-        if room.size == 0:
-            raise budget.no_room(u, "METIS (moving units off full parts): no device")
+        room = np.nonzero(budget.room_or_freest(u))[0]
         d = int(room[np.argmax(budget.free[room])])
         budget.take(u, d)
         units[u] = d

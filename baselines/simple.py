@@ -6,19 +6,32 @@ import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
+from placement_env.sim.simulator import Simulator
 
-from .memory import MemoryBudget, PlacementInfeasibleError, format_bytes, units_in_topological_order
+from .memory import (
+    MemoryBudget,
+    PlacementInfeasibleError,
+    format_bytes,
+    memory_lower_bounds,
+    units_in_topological_order,
+)
 
 
 def single_device(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
-    """Everything on the fastest device that can hold the whole graph (lowest index on ties)."""
-    budget = MemoryBudget(graph, cluster)
-    total = budget.demand.sum()
+    """Everything on the fastest device on which the simulator finds the whole step within memory (lowest index on
+    ties); :class:`PlacementInfeasibleError` with the simulated peak when no device holds it."""
+    memory_lower_bounds(graph, cluster)
+    simulator = Simulator(graph, cluster)
+    peak = 0.0
     for d in sorted(range(cluster.num_devices), key=lambda d: (-cluster.speed[d], d)):
-        if cluster.memory[d] >= total:
-            return np.full(graph.num_nodes, d, dtype=np.int64)
-    raise PlacementInfeasibleError(f"graph {graph.name!r} needs {format_bytes(total)}; no single device holds it "
-                                   f"(largest: {format_bytes(cluster.memory.max())})")
+        placement = np.full(graph.num_nodes, d, dtype=np.int64)
+        _, peaks, _ = simulator.run(placement)
+        if peaks[d] <= cluster.memory[d]:
+            return placement
+        peak = float(peaks[d])
+    raise PlacementInfeasibleError(f"graph {graph.name!r} on one device peaks at {format_bytes(peak)} in the "
+                                   f"simulator; no single device holds it (largest: "
+                                   f"{format_bytes(cluster.memory.max())})")
 
 
 def round_robin(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:

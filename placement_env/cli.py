@@ -20,6 +20,8 @@ def add_graph_and_cluster_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cluster", metavar="FILE", help="a cluster JSON file (heterogeneous allowed)")
     parser.add_argument("--device-kind", default=DEFAULT_KIND, choices=list(DEVICE_KINDS),
                         help=f"device kind for --devices (default {DEFAULT_KIND})")
+    parser.add_argument("--memory-gib", type=float, metavar="GIB",
+                        help="give every device this much memory (GiB), e.g. to place under memory pressure")
 
 
 def graph_and_cluster_from_args(args: argparse.Namespace) -> tuple[ComputationGraph, Cluster]:
@@ -28,6 +30,8 @@ def graph_and_cluster_from_args(args: argparse.Namespace) -> tuple[ComputationGr
         cluster = Cluster.from_json(args.cluster)
     else:
         cluster = Cluster.preset(args.device_kind, 3 if args.devices is None else args.devices)
+    if getattr(args, "memory_gib", None) is not None:
+        cluster = cluster.with_memory(args.memory_gib * 2**30)
     return graph, cluster
 
 

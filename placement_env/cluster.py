@@ -187,6 +187,15 @@ class Cluster:
         name = f"{m}x{kinds[0]}" if len(set(kinds)) == 1 else "+".join(kinds)
         return cls(devices, bw, lat, name=name)
 
+    def with_memory(self, memory_bytes: float) -> Cluster:
+        """The same devices and links with ``memory_bytes`` of memory each (to study placement under memory
+        pressure: a model that fits one 16 GB device may not fit one of 4 GB)."""
+        if not is_number(memory_bytes) or not math.isfinite(float(memory_bytes)) or float(memory_bytes) <= 0:
+            raise ValueError(f"device memory must be a positive finite number of bytes, got {memory_bytes!r}")
+        devices = [Device(d.name, d.speed, float(memory_bytes)) for d in self.devices]  # type: ignore[arg-type]
+        label = f"{memory_bytes / 2**30:g}GiB" if float(memory_bytes) >= 2**20 else f"{memory_bytes:g}B"
+        return Cluster(devices, self.bandwidth, self.latency, name=f"{self.name}-{label}")
+
     # ---------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
         m = self.num_devices

@@ -50,79 +50,77 @@ def test_every_multi_device_placer_uses_several_devices_on_the_default_graph():
     g = load_graph("default")
     c = Cluster.preset("p100", 3)
     for name in PLACERS:
-        if name != "single":
+        if name not in ("single", "split"):  # split is memory-first: one piece when the graph fits one device
             assert len(set(place(name, g, c).tolist())) > 1, name
 
 
-def test_placers_say_when_the_graph_cannot_fit():
+def test_placers_say_when_no_placement_can_fit_with_the_numbers():
+    # each op's output (600 bytes) lives while it runs: no device of 500 or 550 bytes can run it
     g = graph([("a", 1.0, 600), ("b", 1.0, 600)], [("a", "b")])
-    tiny = uniform_cluster(2, memory=500)
-    for name in PLACERS:
-        with pytest.raises(PlacementInfeasibleError) as error:
-            place(name, g, tiny)
-        assert str(error.value) == ("graph 't' needs 1,200 bytes (params x 4 + outputs) but the cluster has "
-                                    "1,000 bytes in all"), name
-    for name in PLACERS:  # 1,200 bytes fit in 3 x 550 in all, but neither 600-byte unit fits on one device
-        with pytest.raises(PlacementInfeasibleError) as error:
-            place(name, g, uniform_cluster(3, memory=550))
-        assert str(error.value) == "unit 'a' needs 600 bytes, more than the largest device has (550 bytes)", name
-    huge = graph([("a", 1.0, 2 * 10**9 + 500)])  # sizes in GB keep their exact count: no "2.00 GB > 2.00 GB"
-    with pytest.raises(PlacementInfeasibleError, match=r"^unit 'a' needs 2\.00 GB = 2,000,000,500 bytes, more than "
-                                                       r"the largest device has \(2\.00 GB = 2,000,000,499 bytes\)$"):
-        place("heft", huge, uniform_cluster(2, memory=2 * 10**9 + 499))
+    for memory in (500, 550):
+        for name in PLACERS:
+            with pytest.raises(PlacementInfeasibleError) as error:
+                place(name, g, uniform_cluster(3, memory=memory))
+            assert str(error.value) == (f"graph 't' cannot fit: unit 'a' needs at least 600 bytes on its device "
+                                        f"(params x 4 and its largest output), more than the largest device has "
+                                        f"({memory} bytes)"), name
+    huge = graph([("a", 1.0, 10, 5 * 10**8 + 125)])  # sizes in GB keep their exact count: no "2.00 GB > 2.00 GB"
+    with pytest.raises(PlacementInfeasibleError, match=r"^graph 't' cannot fit: its parameters alone need 2\.00 GB = "
+                                                       r"2,000,000,500 bytes \(params x 4\), more than the cluster's "
+                                                       r"2\.00 GB = 2,000,000,498 bytes in all$"):
+        place("heft", huge, uniform_cluster(2, memory=10**9 + 249))
     # fits on two devices (b's copy of a's output: 50 bytes) but not on one
     g = graph([("a", 1.0, 600), ("b", 1.0, 600)], [("a", "b", 50)])
     two = uniform_cluster(2, memory=700)
-    with pytest.raises(PlacementInfeasibleError, match="no single device"):
+    with pytest.raises(PlacementInfeasibleError, match="on one device peaks at 1,200 bytes in the simulator; no "
+                                                       "single device holds it"):
         place("single", g, two)
-    p = place("round-robin", g, two)
-    assert sorted(p.tolist()) == [0, 1]
+    for name in PLACERS:
+        if name != "single":
+            assert sorted(place(name, g, two).tolist()) == [0, 1], name
     g = graph([("a", 1.0, 600), ("b", 1.0, 600)], [("a", "b")])  # a 600-byte copy: 1,200 bytes on b's device
-    with pytest.raises(PlacementInfeasibleError, match="exceeds device 1's memory in the simulator"):
+    with pytest.raises(PlacementInfeasibleError, match="no placement within memory found: device 1 peaks at 1,200 "
+                                                       "bytes in the simulator, over its 700 bytes"):
         place("round-robin", g, two)
 
 
-def test_a_placer_that_runs_out_of_room_names_the_unit_and_every_device_s_free_budget():
-    # 3 x 400 bytes fit 2 x 600 in all and one by one, but not once two are placed
+def test_no_placer_refuses_a_chain_that_fits_when_split():
+    """3 x 400-byte outputs on 2 x 600 bytes: on one device two outputs are live at once (800 bytes), but a and c
+    on one device and b on the other never hold more than 401. Budgets that held every output for the whole step
+    (1,200 bytes for 1,200 available) made every placer refuse it."""
     g = graph([("a", 1.0, 400), ("b", 1.0, 400), ("c", 1.0, 400)], [("a", "b", 1), ("b", "c", 1)])
     c = uniform_cluster(2, memory=600)
-    free = "(400 bytes); free: device 0: 200 bytes; device 1: 200 bytes"
-    expected = {
-        "single": "graph 't' needs 1,200 bytes; no single device holds it (largest: 600 bytes)",
-        "m-topo": f"m-TOPO (filling devices in order): no device from device 1 on has room for unit 'c' {free}",
-        "metis": f"METIS (moving units off full parts): no device has room for unit 'c' {free}",
-        "random": f"no device has room for unit 'b' {free}",
-    }
+    with pytest.raises(PlacementInfeasibleError, match="no single device holds it"):
+        place("single", g, c)
     for name in PLACERS:
-        with pytest.raises(PlacementInfeasibleError) as error:
-            place(name, g, c)
-        assert str(error.value) == expected.get(name, f"no device has room for unit 'c' {free}"), name
+        if name != "single":
+            assert not simulate(g, place(name, g, c), c).oom, name
 
 
 def test_memory_aware_placers_spread_a_graph_too_big_for_one_device():
     g = layered_dag(4, num_ops=60)
-    demand = unit_demand(g).sum()
-    c = uniform_cluster(3, memory=int(demand * 0.45))
-    for name in ("round-robin", "random", "m-topo", "m-etf", "heft", "metis", "critical-path"):
-        p = place(name, g, c)
-        used = np.bincount(g.unit_placement(p), weights=unit_demand(g), minlength=3)
-        assert np.all(used <= c.memory), name
-
-
-def test_placers_keep_each_device_of_a_heterogeneous_cluster_within_its_own_budget():
-    """Devices of 20%, 50% and 50% of the graph's demand: a placer that took one device's size for all
-    would overfill device 0."""
-    g = layered_dag(4, num_ops=60)
-    demand = unit_demand(g)
-    memory = [int(demand.sum() * share) for share in (0.2, 0.5, 0.5)]
-    c = Cluster([Device(f"d{i}", speed, mem) for i, (speed, mem) in enumerate(zip([1.0, 2.0, 1.0], memory))],
-                np.full((3, 3), 1e10), np.full((3, 3), 1e-5))
-    for name in ("round-robin", "random", "m-topo", "m-etf", "heft", "metis", "critical-path"):
-        used = np.bincount(g.unit_placement(place(name, g, c)), weights=demand, minlength=3)
-        assert np.all(used <= memory), (name, used.tolist(), memory)
+    c = uniform_cluster(3, memory=int(unit_demand(g).sum() * 0.45))
     with pytest.raises(PlacementInfeasibleError, match="no single device holds it"):
         place("single", g, c)
-    assert not simulate(g, place("local-search", g, c), c).oom  # judged by the simulated peak, not the budget
+    for name in PLACERS:
+        if name != "single":
+            p = place(name, g, c)
+            assert len(set(p.tolist())) > 1 and not simulate(g, p, c).oom, name
+
+
+def test_placers_keep_each_device_of_a_heterogeneous_cluster_within_its_own_memory():
+    """Devices of 20%, 50% and 50% of the single-device peak: a placer that took one device's size for all would
+    overfill device 0."""
+    g = layered_dag(4, num_ops=60)
+    memory = [int(unit_demand(g).sum() * share) for share in (0.2, 0.5, 0.5)]
+    c = Cluster([Device(f"d{i}", speed, mem) for i, (speed, mem) in enumerate(zip([1.0, 2.0, 1.0], memory))],
+                np.full((3, 3), 1e10), np.full((3, 3), 1e-5))
+    for name in PLACERS:
+        if name != "single":
+            result = simulate(g, place(name, g, c), c)
+            assert np.all(result.peak_memory <= memory), (name, result.peak_memory.tolist(), memory)
+    with pytest.raises(PlacementInfeasibleError, match="no single device holds it"):
+        place("single", g, c)
 
 
 def test_speed_aware_placers_run_a_chain_on_the_fastest_device():
@@ -140,13 +138,13 @@ def test_speed_aware_placers_run_a_chain_on_the_fastest_device():
 def test_no_placer_returns_a_placement_that_runs_out_of_memory():
     """On nearly full clusters every placer says the graph does not fit or gives a placement within memory.
 
-    The budgets leave received copies out, so without the simulator's check and repair
-    (baselines.memory_repair) several placers returned out-of-memory placements on these cases.
+    The budgets are estimates (devices peak at different times; received copies are left out), so without the
+    simulator's check and repair (baselines.memory_repair) several placers return out-of-memory placements here.
     """
     placed = repaired = 0
     for seed in range(8):
         g = layered_dag(seed, num_ops=24)
-        for devices, slack in ((2, 1.05), (3, 1.1), (4, 1.2)):
+        for devices, slack in ((2, 1.3), (3, 1.5), (4, 1.8)):  # x the single-device peak / devices
             c = uniform_cluster(devices, memory=int(unit_demand(g).sum() * slack / devices))
             for name, placer in PLACERS.items():
                 try:
@@ -159,22 +157,24 @@ def test_no_placer_returns_a_placement_that_runs_out_of_memory():
                 raw = placer.__wrapped__(g, c, 0)
                 repaired += not np.array_equal(raw, p)
                 assert np.array_equal(raw, p) == (not simulate(g, raw, c).oom)  # changed only if out of memory
-    assert placed >= 100 and repaired >= 10, (placed, repaired)  # of 8 x 3 x 9 = 216
+    assert placed >= 200 and repaired >= 10, (placed, repaired)  # of 8 x 3 x 10 = 240 (single fits none)
 
 
 def test_memory_repair_moves_a_unit_off_the_full_device_or_says_which_device_is_full():
     c = uniform_cluster(2, memory=150)
-    # a's output (100 bytes) lives until b ends: 200 bytes on device 0; moving a or b fixes it, a is tried first
+    # a's output (100 bytes) lives until b ends: 200 bytes on device 0; moving a or b fixes it (a first: ties go to
+    # the first candidate, and a and b have equal budgets)
     g = graph([("a", 1.0, 100), ("b", 1.0, 100), ("c", 1.0, 10)], [("a", "b", 10)])
     assert simulate(g, [0, 0, 1], c).oom
-    assert repair_memory(g, c, [0, 0, 1]).tolist() == [1, 0, 1]
+    repaired = repair_memory(g, c, [0, 0, 1])
+    assert repaired.tolist() in ([1, 0, 1], [0, 1, 1]) and not simulate(g, repaired, c).oom
     assert repair_memory(g, c, [1, 0, 1]).tolist() == [1, 0, 1]  # within memory: unchanged
     # a's copy (100 bytes) and b's output on b's device, or a's and b's outputs on one device: 200 either way
     g = graph([("a", 1.0, 100), ("b", 1.0, 100)], [("a", "b")])
-    with pytest.raises(PlacementInfeasibleError, match=r"exceeds device 1's memory in the simulator \(peak 200 bytes, "
-                                                        r"memory 150 bytes\) and no move"):
+    with pytest.raises(PlacementInfeasibleError, match=r"device 1 peaks at 200 bytes in the simulator, over its "
+                                                        r"150 bytes, and no move of its units off it lowers"):
         repair_memory(g, c, [0, 1])
-    with pytest.raises(PlacementInfeasibleError, match="exceeds device 0's memory"):
+    with pytest.raises(PlacementInfeasibleError, match="device 0 peaks at 200 bytes"):
         repair_memory(g, uniform_cluster(1, memory=150), [0, 0])
 
 

@@ -12,7 +12,8 @@ import os
 import numpy as np
 from gymnasium import spaces
 
-from baselines.placers import PLACERS
+from baselines.memory import PlacementInfeasibleError
+from baselines.placers import PLACERS, feasible_start
 from placement_env.checks import checked_count
 from placement_env.cluster import DEFAULT_KIND, Cluster
 from placement_env.graph.model import ComputationGraph
@@ -199,11 +200,23 @@ class PlacementTask:
 
     # ------------------------------------------------------ start states
     def initial_units(self, gi: int, kind: str, rng: np.random.Generator) -> np.ndarray:
-        """A device per unit: ``single`` (all on the fastest device), ``random``, ``round_robin``
-        (in topological order), or the name of a placer in ``baselines``."""
+        """A device per unit: ``single`` (all on the fastest device; when that runs out of memory in the
+        simulator, the fastest placement that fits of the fast placers, :func:`baselines.placers.feasible_start`,
+        if any fits),
+        ``random``, ``round_robin`` (in topological order), or the name of a placer in ``baselines``."""
         u, m = self.units[gi], self.cluster.num_devices
         if kind == "single":
-            return np.full(u.num_units, int(np.argmax(self.cluster.speed)), np.int64)
+            if (gi, kind) not in self._initial:
+                graph, fastest = self.graphs[gi], int(np.argmax(self.cluster.speed))
+                units = np.full(u.num_units, fastest, np.int64)
+                _, peak, _ = self.simulator(gi).run(units[graph.unit_of])
+                if np.any(peak > self.cluster.memory):
+                    try:
+                        units = graph.unit_placement(feasible_start(graph, self.cluster)[1])
+                    except PlacementInfeasibleError:  # nothing fits: start from one device, out of memory
+                        pass
+                self._initial[gi, kind] = units
+            return self._initial[gi, kind].copy()
         if kind == "random":
             return rng.integers(0, m, u.num_units).astype(np.int64)
         if kind == "round_robin":
