@@ -20,9 +20,9 @@ overflow is least and the repair takes over.
 
 :class:`PlacementInfeasibleError` is raised up front only when no placement
 can fit, by lower bounds that hold for every placement (:func:`memory_lower_bounds`):
-the static memory of all units exceeds the cluster's total memory; or one unit's
-static memory plus its largest output (live while that op runs) exceeds the
-largest device.
+the static memory of all units exceeds the cluster's total memory; or what an op
+holds while it runs (its unit's static memory, its output and its inputs) exceeds
+the largest device.
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ def unit_demand(graph: ComputationGraph, param_factor: float = DEFAULT_PARAM_FAC
 def memory_lower_bounds(graph: ComputationGraph, cluster: Cluster,
                         param_factor: float = DEFAULT_PARAM_FACTOR) -> None:
     """Raise :class:`PlacementInfeasibleError`, with the numbers, when no placement of ``graph`` on ``cluster`` can
-    fit: the units' static memory exceeds the cluster's total, or one unit's static memory plus its largest output
-    exceeds the largest device. (Passing is no promise that a placement fits: the simulator decides that.)"""
+    fit: the units' static memory exceeds the cluster's total, or an op's :func:`op_lower_bounds` exceeds the
+    largest device. (Passing is no promise that a placement fits: the simulator decides that.)"""
     checked_instance("graph", graph, ComputationGraph)
     checked_instance("cluster", cluster, Cluster)
     static = unit_static(graph, param_factor)
@@ -99,15 +99,21 @@ def memory_lower_bounds(graph: ComputationGraph, cluster: Cluster,
         raise PlacementInfeasibleError(
             f"graph {graph.name!r} cannot fit: its parameters alone need {format_bytes(total)} (params x "
             f"{param_factor:g}), more than the cluster's {format_bytes(capacity)} in all")
-    largest_output = np.zeros(graph.num_units)
-    np.maximum.at(largest_output, graph.unit_of, graph.output_bytes)
-    need = static + largest_output
+    need = op_lower_bounds(graph, param_factor)
     worst = int(np.argmax(need))
     if need[worst] > cluster.memory.max():
         raise PlacementInfeasibleError(
-            f"graph {graph.name!r} cannot fit: unit {graph.unit_names()[worst]!r} needs at least "
-            f"{format_bytes(need[worst])} on its device (params x {param_factor:g} and its largest output), more "
-            f"than the largest device has ({format_bytes(cluster.memory.max())})")
+            f"graph {graph.name!r} cannot fit: op {graph.nodes[worst].id!r} needs at least "
+            f"{format_bytes(need[worst])} on its device while it runs (params x {param_factor:g} of its unit, its "
+            f"output and its inputs), more than the largest device has ({format_bytes(cluster.memory.max())})")
+
+
+def op_lower_bounds(graph: ComputationGraph, param_factor: float = DEFAULT_PARAM_FACTOR) -> np.ndarray:
+    """Bytes each op's device holds, in any placement, while the op runs: its unit's static memory, its output,
+    and each input (the producer's output on the same device, or the received copy: at least the smaller)."""
+    inputs = np.zeros(graph.num_nodes)
+    np.add.at(inputs, graph.edge_dst, np.minimum(graph.output_bytes[graph.edge_src], graph.edge_bytes))
+    return unit_static(graph, param_factor)[graph.unit_of] + graph.output_bytes + inputs
 
 
 def overflow_bytes(peak: np.ndarray, cluster: Cluster) -> np.ndarray:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import placement_env  # noqa: F401 - registers the environments
 from baselines import PLACERS, PlacementInfeasibleError, feasible_start, place, split
-from baselines.memory import unit_demand, unit_peak_activations, unit_static
+from baselines.memory import op_lower_bounds, unit_demand, unit_peak_activations, unit_static
 from placement_env import Cluster, ComputationGraph, Device, layered_dag, load_graph, simulate, simulate_batch
 
 
@@ -35,7 +35,7 @@ def small_problems(draw):
     edges = [(f"o{a}", f"o{b}", draw(st.integers(1, 400))) for a in range(n) for b in range(a + 1, n)
              if draw(st.booleans())]
     g = graph(nodes, edges)
-    low = float(np.max(unit_static(g) + g.output_bytes))
+    low = float(np.max(op_lower_bounds(g))) * draw(st.sampled_from([0.9, 1.0, 1.0, 1.0]))  # at times too small
     high = float(unit_demand(g).sum())
     memory = int(draw(st.floats(low, max(low, high * 1.1))))
     return g, uniform_cluster(draw(st.integers(2, 3)), bandwidth=1000.0, latency=0.01, memory=max(memory, 1))
@@ -69,7 +69,7 @@ def test_single_returns_one_device_exactly_when_the_simulator_fits_it_there(prob
     if any(fits):
         assert place("single", g, c).tolist() == [fits.index(True)] * g.num_nodes
     else:
-        with pytest.raises(PlacementInfeasibleError, match="no single device holds it"):
+        with pytest.raises(PlacementInfeasibleError, match="no single device holds it|cannot fit"):
             place("single", g, c)
 
 

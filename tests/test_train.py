@@ -196,3 +196,37 @@ def test_encoder_options_initial_placement_and_search_times(graph_file, tmp_path
     assert results["makespan"] <= results["baselines"]["heft"]
     assert 0 <= results["best_found_seconds"] <= results["search_seconds"]
     assert 0 < results["validation_seconds"] < results["search_seconds"]
+
+
+def test_training_stops_before_an_update_that_would_overrun_the_budget(tmp_path):
+    """The callback compares the budget left with the last update's duration at a rollout's last step."""
+    from types import SimpleNamespace
+
+    from agents.training import TrainConfig
+    from agents.training.run import TrackBest
+    from agents.training.tracker import BestTracker
+
+    class Clock:
+        left = 100.0
+
+        def expired(self):
+            return self.left <= 0
+
+        def remaining(self):
+            return self.left
+
+    info = {"graph": "g", "best_makespan": 1.0, "best_oom": False, "best_placement": [0]}
+    clock = Clock()
+    track = TrackBest(TrainConfig(out=str(tmp_path)), tmp_path, BestTracker(), clock, SimpleNamespace(requested=False))
+    track.model = SimpleNamespace(n_steps=4, n_epochs=4, num_timesteps=1)  # 1: not a checkpoint step
+    track.locals = {"infos": [info]}
+    track.update_seconds = 10.0  # the last update took 10 s
+
+    def rollout():
+        track.on_rollout_start()
+        return [track.on_step() for _ in range(4)]
+
+    assert rollout() == [True] * 4 and not track.skipped_update  # 100 s left: the update goes ahead
+    track.update_seconds = 10.0
+    clock.left = 9.0
+    assert rollout() == [True, True, True, False] and track.skipped_update  # 9 s left: stop before the update

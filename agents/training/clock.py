@@ -12,7 +12,8 @@ from typing import Any
 class SearchClock:
     """Search seconds: the wall time of training, from its start (environments and agent built) to its end,
     plus the search seconds of the runs this one resumes. ``budget_seconds`` bounds this run's training;
-    it is checked after every environment step, so an update under way when it runs out is finished first."""
+    it is checked after every environment step, and before an update that would not end within it (see
+    :class:`agents.training.run.TrackBest`)."""
 
     def __init__(self, budget_seconds: float, resumed_seconds: float = 0.0) -> None:
         self.budget_seconds = budget_seconds
@@ -32,6 +33,12 @@ class SearchClock:
             return self.resumed_seconds
         end = time.perf_counter() if self._stop is None else self._stop
         return self.resumed_seconds + end - self._start
+
+    def remaining(self) -> float:
+        """Seconds of this run's budget left (negative once overrun; the whole budget before the start)."""
+        if self._start is None:
+            return self.budget_seconds
+        return self.budget_seconds - (time.perf_counter() - self._start)
 
     def expired(self) -> bool:
         """Whether this run's training has used up its budget."""

@@ -51,11 +51,13 @@ def judge_graph(graph: ComputationGraph, placement: np.ndarray, cluster: Cluster
 
 
 def write_outputs(config: TrainConfig, out: Path, graphs: list[ComputationGraph], cluster: Cluster,
-                  tracker: BestTracker, steps: int, search_seconds: float, interrupted: bool) -> dict[str, Any]:
+                  tracker: BestTracker, steps: int, search_seconds: float, interrupted: bool,
+                  run_facts: dict[str, Any] | None = None) -> dict[str, Any]:
     """Judge each graph's best placement, write every output file; returns ``results.json``'s content.
 
     Files: ``placement.json`` (the first graph's; ``placements/`` holds every graph's when there are several),
-    ``results.json``, ``tracker.json``, ``learning_curve.png``, ``gantt.png``.
+    ``results.json``, ``tracker.json``, ``learning_curve.png``, ``gantt.png``. ``run_facts`` (e.g. the CPU
+    seconds used, whether training stopped before an update to keep its budget) go into ``results.json``.
     """
     graphs = [g for g in graphs if g.name in tracker.best]
     if not graphs:
@@ -75,6 +77,7 @@ def write_outputs(config: TrainConfig, out: Path, graphs: list[ComputationGraph]
     results = {
         **per_graph[0], "cluster": cluster.to_dict(), "encoder": config.encoder, "algo": config.algo,
         "search_seconds": search_seconds, "steps": steps, "seed": config.seed, "interrupted": interrupted,
+        **(run_facts or {}),
         "hyperparameters": config.as_dict(), "graphs": per_graph,
         "hardware": {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
                      "system": platform.platform()},

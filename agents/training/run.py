@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,13 +122,40 @@ def make_env(config: TrainConfig) -> Any:
 
 
 class TrackBest(BaseCallback):
-    """After every environment step: feed the tracker, checkpoint now and then, stop when the budget is spent or
-    Ctrl-C asked to."""
+    """After every environment step: feed the tracker, checkpoint now and then, and stop when the budget is spent,
+    when Ctrl-C asked to, or at the last step of a rollout whose update would not end within the budget.
+
+    An on-policy update (PPO's epochs over the rollout) cannot be cut short, and under load it can take longer
+    than the rest of the budget; so before each update the callback compares the budget left with the last
+    update's duration (before the first, the rollout's collection time times the number of epochs) and stops
+    instead of starting one that would overrun. ``skipped_update`` records that it did.
+    """
 
     def __init__(self, config: TrainConfig, out: Path, tracker: BestTracker, clock: SearchClock,
                  stop: StopOnCtrlC) -> None:
         super().__init__()
         self.config, self.out, self.tracker, self.clock, self.stop = config, out, tracker, clock, stop
+        self.update_seconds: float | None = None  # the last update's duration
+        self.skipped_update = False
+        self._rollout_start: float | None = None
+        self._rollout_end: float | None = None
+        self._rollout_steps = 0
+
+    def _on_rollout_start(self) -> None:
+        now = time.perf_counter()
+        if self._rollout_end is not None:
+            self.update_seconds = now - self._rollout_end
+        self._rollout_start, self._rollout_steps = now, 0
+
+    def _on_rollout_end(self) -> None:
+        self._rollout_end = time.perf_counter()
+
+    def expected_update_seconds(self) -> float:
+        """How long the coming update will take: the last one's duration, or an estimate before the first."""
+        if self.update_seconds is not None:
+            return self.update_seconds
+        collecting = time.perf_counter() - (self._rollout_start or time.perf_counter())
+        return collecting * getattr(self.model, "n_epochs", 1)
 
     def _on_step(self) -> bool:
         for info in self.locals["infos"]:
@@ -135,7 +163,14 @@ class TrackBest(BaseCallback):
         if self.num_timesteps % self.config.checkpoint_every < self.config.n_envs:
             save(self.model, self.config, self.out)
             write_text_atomically(self.out / "tracker.json", json.dumps(self.tracker.state()))
-        return not self.clock.expired() and not self.stop.requested
+        if self.clock.expired() or self.stop.requested:
+            return False
+        self._rollout_steps += 1
+        n_steps = getattr(self.model, "n_steps", None)
+        if n_steps and self._rollout_steps >= n_steps and self.clock.remaining() < self.expected_update_seconds():
+            self.skipped_update = True  # the update would overrun the budget: stop before it
+            return False
+        return True
 
 
 def save(model: Any, config: TrainConfig, out: Path) -> None:
@@ -174,20 +209,24 @@ def train(config: TrainConfig) -> RunResult:
         model = make_model(config.algo, env, encoder=config.encoder, encoder_kwargs=config.encoder_kwargs(),
                            expected_moves=config.expected_moves or None, tensorboard_log=tensorboard,
                            **algo_kwargs(config))
-    with StopOnCtrlC() as stop:
+    track = TrackBest(config, out, tracker, clock, stop := StopOnCtrlC())
+    cpu_start = time.process_time()
+    with stop:
         clock.start()
         try:
-            model.learn(total_timesteps=config.total_timesteps(),
-                        callback=TrackBest(config, out, tracker, clock, stop), progress_bar=config.progress,
+            model.learn(total_timesteps=config.total_timesteps(), callback=track, progress_bar=config.progress,
                         reset_num_timesteps=not resuming, tb_log_name=config.algo)
         except KeyboardInterrupt:  # a second Ctrl-C
             print("interrupted at once: keeping the best placement found so far", file=sys.stderr)
             stop.requested = True
         clock.stop()
+    cpu_seconds = time.process_time() - cpu_start
     save(model, config, out)
     env.close()
     steps = int(model.num_timesteps)
-    record = write_outputs(config, out, graphs, cluster, tracker, steps, clock.elapsed(), stop.requested)
+    record = write_outputs(config, out, graphs, cluster, tracker, steps, clock.elapsed(), stop.requested,
+                           {"cpu_seconds": cpu_seconds, "budget_seconds": config.budget_seconds,
+                            "stopped_before_an_update": track.skipped_update})
     return RunResult(graph=record["graph"], makespan=record["makespan"], lower_bound=record["lower_bound"],
                      oom=record["oom"], steps=steps, search_seconds=record["search_seconds"],
                      interrupted=stop.requested, out=out, record=record)
