@@ -218,7 +218,7 @@ def test_training_stops_before_an_update_that_would_overrun_the_budget(tmp_path)
     info = {"graph": "g", "best_makespan": 1.0, "best_oom": False, "best_placement": [0]}
     clock = Clock()
     track = TrackBest(TrainConfig(out=str(tmp_path)), tmp_path, BestTracker(), clock, SimpleNamespace(requested=False))
-    track.model = SimpleNamespace(n_steps=4, n_epochs=4, num_timesteps=1)  # 1: not a checkpoint step  # type: ignore[assignment]
+    track.model = SimpleNamespace(n_steps=4, n_epochs=4, num_timesteps=1)  # type: ignore[assignment]  # 1: no checkpoint
     track.locals = {"infos": [info]}
     track.update_seconds = 10.0  # the last update took 10 s
 
