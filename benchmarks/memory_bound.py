@@ -68,7 +68,8 @@ def judge(graph: ComputationGraph, cluster: Cluster, placer: str) -> tuple[str, 
 def table() -> str:
     placers = list(PLACERS)
     lines = ["| cell | one device needs | " + " | ".join(placers) + " |", "|---" * (len(placers) + 2) + "|"]
-    notes, slowest = [], (0.0, "")
+    notes: dict[str, dict[str, list[str]]] = {}  # cell -> reason -> placers
+    slowest = (0.0, "")
     for label, graph, cluster in cells():
         row = []
         for placer in placers:
@@ -77,14 +78,17 @@ def table() -> str:
             if seconds > slowest[0]:
                 slowest = (seconds, f"{placer} on {label}")
             if note and placer != "single":
-                notes.append(f"* {placer} on {label}: {note}")
+                notes.setdefault(label, {}).setdefault(note, []).append(placer)
         need = single_device_peak(graph) / cluster.memory.max()
         lines.append(f"| {label} | {need:.2f} x a device | " + " | ".join(row) + " |")
         print(lines[-1], flush=True)
-    single_only = all(n.startswith("* single") for n in notes)
     lines += ["", f"Slowest placer call: {slowest[0]:.1f} s ({slowest[1]})."]
-    if notes and not single_only:
-        lines += ["", "Placers that said infeasible, and why:", "", *notes]
+    if notes:
+        lines += ["", "Where placers other than `single` said infeasible, and why:", ""]
+        for label, reasons in notes.items():
+            for reason, who in reasons.items():
+                lines.append(f"* {label}, {'every placer' if len(who) == len(placers) - 1 else ', '.join(who)}: "
+                             f"{reason}")
     return "\n".join(lines) + "\n"
 
 

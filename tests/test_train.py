@@ -230,3 +230,20 @@ def test_training_stops_before_an_update_that_would_overrun_the_budget(tmp_path)
     track.update_seconds = 10.0
     clock.left = 9.0
     assert rollout() == [True, True, True, False] and track.skipped_update  # 9 s left: stop before the update
+
+
+def test_a_graph_that_does_not_fit_one_device_trains_from_a_placement_that_fits(tmp_path):
+    from baselines import unit_demand
+
+    g = layered_dag(4, num_ops=60, name="big")
+    write_graph(g, tmp_path / "big.json")
+    small = Cluster.preset("p100", 3).with_memory(unit_demand(g).sum() * 0.45)
+    small.to_json(tmp_path / "small.json")
+    assert simulate(g, [0] * g.num_nodes, small).oom
+    out = tmp_path / "run"
+    assert train.main(["--graph", str(tmp_path / "big.json"), "--cluster", str(tmp_path / "small.json"), "--out",
+                       str(out), "--progress", "off", "--hidden-dim", "16", "--encoder", "gcn", "--timesteps",
+                       "16"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["oom"] is False and all(g_["oom"] is False for g_ in results["graphs"])
+    assert not simulate(g, read_placement(out / "placement.json", g), small).oom
