@@ -444,6 +444,15 @@ def experiment_figure4(settings: Settings, csv_rows: list[dict]) -> tuple[str, l
             "Curves are the best makespan seen so far, mean over seeds and graphs.\n\n" + "\n".join(lines), findings)
 
 
+def other_sections(path: Path) -> str:
+    """The ``## `` sections of an existing results file that no experiment here writes (kept as they are)."""
+    if not path.exists():
+        return ""
+    parts = path.read_text().split("\n## ")[1:]
+    kept = [part for part in parts if part.split("\n", 1)[0].strip() not in EXPERIMENTS]
+    return "".join("\n## " + part.rstrip("\n") + "\n" for part in kept)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m agents.experiments", description=__doc__.splitlines()[0])
@@ -501,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.results:
         figure = os.path.relpath(settings.out / "figure4.png", args.results.resolve().parent)
         report = "\n".join(sections).replace("](figure4.png)", f"]({figure})")
-        args.results.write_text(RESULTS_INTRO + "\n" + report)
+        write_text_atomically(args.results, RESULTS_INTRO + "\n" + report + other_sections(args.results))
         print(f"wrote {args.results}")
     return 0
 
