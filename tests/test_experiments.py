@@ -111,3 +111,14 @@ def test_bad_settings_are_refused_before_any_run(tmp_path, capsys, args, message
     assert info.value.code == 2
     assert message.replace("{tmp}", str(tmp_path)) in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # nothing trained, nothing written
+
+
+def test_rewriting_the_results_file_keeps_sections_the_experiments_do_not_write(tmp_path, monkeypatch):
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Results\n\nold intro\n\n## table5\n\nold table\n\n## Memory-bound cells\n\nkept as it is\n")
+    monkeypatch.setattr(ex, "run_training", stub_run)
+    monkeypatch.setattr(ex, "placer_rows", stub_placers)
+    assert ex.main(["table5", "--quick", "--out", str(tmp_path / "out"), "--results", str(results)]) == 0
+    text = results.read_text()
+    assert "old table" not in text and "old intro" not in text and text.count("## table5") == 1
+    assert text.endswith("## Memory-bound cells\n\nkept as it is\n")
