@@ -20,6 +20,7 @@ from placement_env.sim.chrome_trace import write_chrome_trace
 
 from . import PLACERS
 from .compare import compare_placers, format_table
+from .placers import placers_with_budget
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--placers", default=",".join(PLACERS),
                         help=f"comma-separated subset of: {', '.join(PLACERS)} (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the randomized placers (default 0)")
+    parser.add_argument("--budget-seconds", type=float, metavar="S",
+                        help="wall-clock seconds for each search placer (local-search, anneal), start placers "
+                             "included (default: local-search 200 rounds or 0.8 s per start, anneal 5 s)")
     parser.add_argument("--json", metavar="FILE", help="also write the table (and each placement) as JSON")
     parser.add_argument("--placements-dir", metavar="DIR",
                         help="write each placement as DIR/<placer>.json (the spec's placement format)")
@@ -40,12 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     check_output_paths(args.json, args.placements_dir, args.traces_dir)
+    placers = placers_with_budget(args.budget_seconds)
     graph, cluster = graph_and_cluster_from_args(args)
     names = [x.strip() for x in args.placers.split(",") if x.strip()]
-    unknown = [x for x in names if x not in PLACERS]
+    unknown = [x for x in names if x not in placers]
     if unknown:
-        raise ValueError(f"unknown placer {unknown[0]!r}; known: {', '.join(PLACERS)}")
-    rows = compare_placers(graph, cluster, {n: PLACERS[n] for n in names}, seed=args.seed)
+        raise ValueError(f"unknown placer {unknown[0]!r}; known: {', '.join(placers)}")
+    rows = compare_placers(graph, cluster, {n: placers[n] for n in names}, seed=args.seed)
     print(format_table(rows, graph, cluster))
     if args.json:
         payload = {"graph": graph.name, "cluster": cluster.to_dict(), "seed": args.seed,

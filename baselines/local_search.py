@@ -22,7 +22,8 @@ from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
 from placement_env.sim.simulator import Simulator, check_placement
 
-from .memory import PlacementInfeasibleError, overflow_bytes
+from .memory import overflow_bytes
+from .starts import ranked_starts
 
 
 @dataclass
@@ -98,11 +99,14 @@ def _other_device_unit(units: np.ndarray, a: int, rng: np.random.Generator) -> i
 
 
 def local_search_from_best(start_placers: dict[str, Callable[..., np.ndarray]], starts: int = 3,
-                           seconds_per_start: float = 0.8):
+                           seconds_per_start: float = 0.8, budget_seconds: float | None = None):
     """A placer: :func:`refine` from each of the ``starts`` best distinct placements of ``start_placers`` that fit
-    in memory (ranked by simulated makespan), keeping the best result. Each refinement stops after its default
-    rounds or ``seconds_per_start`` seconds (which only graphs of a few thousand ops reach), so that a 2,000-op
-    graph is placed in a few seconds.
+    in memory (:func:`~baselines.starts.ranked_starts`), keeping the best result.
+
+    By default each refinement stops after its default rounds or ``seconds_per_start`` seconds (which only graphs
+    of a few thousand ops reach), so that a 2,000-op graph is placed in a few seconds. With ``budget_seconds``,
+    the whole call takes that long: what the start placers leave of it is shared by the refinements, which then
+    run without a round limit.
 
     Measured on 9 graphs x {3, 8} GPUs (``python benchmarks/local_search_starts.py``): from the 3 best starts the
     result is at or below the result from HEFT's placement in 16 of 18 cells (5% lower on average); from the
@@ -110,22 +114,14 @@ def local_search_from_best(start_placers: dict[str, Callable[..., np.ndarray]], 
     """
 
     def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
-        found: list[tuple[float, np.ndarray]] = []
-        simulator = Simulator(graph, cluster)
-        reason = PlacementInfeasibleError(f"no start placer found a placement of graph {graph.name!r} within memory")
-        for start in start_placers.values():
-            try:
-                placement = start(graph, cluster, seed)
-            except PlacementInfeasibleError as error:
-                reason = error
-                continue
-            makespan, peak, _ = simulator.run(check_placement(graph, placement, cluster))
-            if np.all(peak <= cluster.memory) and not any(np.array_equal(placement, p) for _, p in found):
-                found.append((makespan, placement))
-        if not found:
-            raise reason
-        found.sort(key=lambda item: item[0])
-        results = [refine(graph, cluster, p, seed=seed, time_budget=seconds_per_start) for _, p in found[:starts]]
+        found, spent = ranked_starts(graph, cluster, start_placers, seed)
+        chosen = found[:starts]
+        if budget_seconds is None:
+            results = [refine(graph, cluster, p, seed=seed, time_budget=seconds_per_start) for _, _, p in chosen]
+        else:
+            share = max(0.0, budget_seconds - spent) / len(chosen)
+            results = [refine(graph, cluster, p, seed=seed, max_rounds=2**62, patience=2**62, time_budget=share)
+                       for _, _, p in chosen]
         return min(results, key=lambda r: (r.overflow, r.makespan)).placement
 
     placer.__name__ = "local_search"

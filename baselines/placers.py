@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from baselines.anneal import ANNEAL_SECONDS, anneal_from_best
 from baselines.critical_path import critical_path_first
 from baselines.heft import heft
 from baselines.local_search import local_search_from_best
@@ -14,9 +15,9 @@ from baselines.memory_repair import Placer, within_memory
 from baselines.metis import metis
 from baselines.simple import random_placement, round_robin, single_device
 from baselines.split import split
+from baselines.starts import ranked_starts
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
-from placement_env.sim.simulator import Simulator
 
 CONSTRUCTIVE: dict[str, Placer] = {  # each placement checked, and if need be repaired, by the simulator
     name: within_memory(placer) for name, placer in {
@@ -33,10 +34,24 @@ CONSTRUCTIVE: dict[str, Placer] = {  # each placement checked, and if need be re
 }
 # where the local search starts: the fast placers that build with the graph's structure in mind
 SEARCH_STARTS = ("single", "m-topo", "m-etf", "heft", "metis", "critical-path", "split")
-PLACERS: dict[str, Placer] = {
-    **CONSTRUCTIVE,
-    "local-search": within_memory(local_search_from_best({name: CONSTRUCTIVE[name] for name in SEARCH_STARTS})),
-}
+
+
+def search_placers(budget_seconds: float | None = None) -> dict[str, Placer]:
+    """The search placers, ``local-search`` and ``anneal``, each taking ``budget_seconds`` for a whole call (None:
+    their defaults, 200 rounds or 0.8 s per start for the local search and 5 s for the annealing)."""
+    if budget_seconds is not None and not 0 < budget_seconds < float("inf"):
+        raise ValueError(f"a search budget must be positive and finite seconds, got {budget_seconds!r}")
+    starts = {name: CONSTRUCTIVE[name] for name in SEARCH_STARTS}
+    return {"local-search": within_memory(local_search_from_best(starts, budget_seconds=budget_seconds)),
+            "anneal": within_memory(anneal_from_best(starts, budget_seconds or ANNEAL_SECONDS))}
+
+
+def placers_with_budget(budget_seconds: float | None) -> dict[str, Placer]:
+    """:data:`PLACERS` with the search placers given ``budget_seconds`` each."""
+    return {**CONSTRUCTIVE, **search_placers(budget_seconds)}
+
+
+PLACERS: dict[str, Placer] = placers_with_budget(None)
 
 
 def feasible_start(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> tuple[str, np.ndarray]:
@@ -45,22 +60,10 @@ def feasible_start(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> 
     Raises :class:`~baselines.memory.PlacementInfeasibleError` when none fits."""
     try:
         return "single", PLACERS["single"](graph, cluster, seed)
-    except PlacementInfeasibleError as error:
-        reason = error
-    simulator = Simulator(graph, cluster)
-    best: tuple[float, str, np.ndarray] | None = None
-    for name in SEARCH_STARTS[1:]:
-        try:
-            placement = PLACERS[name](graph, cluster, seed)
-        except PlacementInfeasibleError as error:
-            reason = error
-            continue
-        makespan, _, _ = simulator.run(placement)
-        if best is None or makespan < best[0]:
-            best = (makespan, name, placement)
-    if best is None:
-        raise reason
-    return best[1], best[2]
+    except PlacementInfeasibleError:
+        pass
+    found, _ = ranked_starts(graph, cluster, {name: CONSTRUCTIVE[name] for name in SEARCH_STARTS[1:]}, seed)
+    return found[0][1], found[0][2]
 
 
 def list_placers() -> list[str]:

@@ -9,27 +9,13 @@ result). Prints each cell's makespans (ms) and how often each rule is at or belo
 """
 
 import numpy as np
+from benchmarks_common import feasible_starts
 
-from baselines import PLACERS, PlacementInfeasibleError
+from baselines import PLACERS
 from baselines.local_search import refine
-from baselines.placers import SEARCH_STARTS
-from placement_env import Cluster, load_graph, simulate
+from placement_env import Cluster, load_graph
 
 GRAPHS = ("cifar10/0", "cifar10/5", "ptb/0", "ptb/7", "nmt/0", "nmt/3", "synthetic/0", "resnet50", "inception_v3")
-
-
-def feasible_starts(graph, cluster) -> list[tuple[float, str, np.ndarray]]:
-    """(makespan s, placer, placement) of every start placer whose placement fits, fastest first."""
-    found = []
-    for name in SEARCH_STARTS:
-        try:
-            placement = PLACERS[name](graph, cluster, 0)
-        except PlacementInfeasibleError:
-            continue
-        result = simulate(graph, placement, cluster)
-        if not result.oom:
-            found.append((result.makespan, name, placement))
-    return sorted(found, key=lambda item: item[0])
 
 
 def main() -> None:
