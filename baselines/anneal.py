@@ -127,11 +127,15 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
         mk, over = judge(rows)
         evaluations += settings.batch
         steps += 1
+        allowed = over <= cur_over
         if over.min() < cur_over:  # out of memory: the least overflow first
             j = int(np.lexsort((mk, over))[0])
+        elif not allowed.any():  # every neighbour needs more memory: stay
+            history.append(best_key[1])
+            continue
         else:  # Boltzmann choice among the neighbours no worse in memory: exp(-relative increase / T)
-            allowed = over <= cur_over
-            logits = np.where(allowed, -(mk - cur_mk) / (cur_mk * temperature), -np.inf)
+            scale = max(cur_mk, 1e-300) * temperature
+            logits = np.where(allowed, -(mk - cur_mk) / scale, -np.inf)
             weights = np.exp(logits - logits.max())
             j = int(rng.choice(settings.batch, p=weights / weights.sum()))
         current, cur_mk, cur_over = rows[j], float(mk[j]), float(over[j])

@@ -14,3 +14,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def quick_annealing():
+    """``anneal`` searches for 5 s by default; the tests that run every placer give it 0.05 s (its own tests set
+    their budgets). Restored after the session."""
+    from baselines import placers
+
+    default = placers.PLACERS["anneal"]
+    placers.PLACERS["anneal"] = placers.search_placers(0.05)["anneal"]
+    yield
+    placers.PLACERS["anneal"] = default

@@ -27,14 +27,14 @@ CLUSTERS = {
 @pytest.mark.parametrize("name", list(PLACERS))
 @pytest.mark.parametrize("graph_name", list(GRAPHS))
 @pytest.mark.parametrize("cluster_name", list(CLUSTERS))
-def test_placer_returns_a_valid_placement_that_honours_colocation_and_budgets(name, graph_name, cluster_name):
+def test_placer_returns_a_valid_placement_that_honours_colocation_and_memory(name, graph_name, cluster_name):
     g = GRAPHS[graph_name]
     c = CLUSTERS[cluster_name]
     p = place(name, g, c, seed=1)
     check_placement(g, p, c)  # length, range, colocation
-    used = np.bincount(g.unit_placement(p), weights=unit_demand(g), minlength=c.num_devices)
-    assert np.all(used <= c.memory)
-    assert np.array_equal(p, place(name, g, c, seed=1))  # deterministic for a seed
+    assert not simulate(g, p, c).oom
+    if name != "anneal":  # anneal stops on a clock: deterministic per number of steps (tests/test_anneal.py)
+        assert np.array_equal(p, place(name, g, c, seed=1))  # deterministic for a seed
 
 
 @pytest.mark.parametrize("name", ["heft", "m-etf"])
@@ -153,10 +153,12 @@ def test_no_placer_returns_a_placement_that_runs_out_of_memory():
                 r = simulate(g, p, c)
                 assert not r.oom, (seed, devices, name, r.peak_memory.tolist(), c.memory.tolist())
                 placed += 1
+                if name == "anneal":  # stops on a clock: a second run is another placement
+                    continue
                 raw = placer.__wrapped__(g, c, 0)
                 repaired += not np.array_equal(raw, p)
                 assert np.array_equal(raw, p) == (not simulate(g, raw, c).oom)  # changed only if out of memory
-    assert placed >= 200 and repaired >= 10, (placed, repaired)  # of 8 x 3 x 10 = 240 (single fits none)
+    assert placed >= 200 and repaired >= 10, (placed, repaired)  # of 8 x 3 x 10 (single fits none; anneal aside)
 
 
 def test_memory_repair_moves_a_unit_off_the_full_device_or_says_which_device_is_full():
