@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed for the randomized placers (default 0)")
     parser.add_argument("--budget-seconds", type=float, metavar="S",
                         help="wall-clock seconds for each search placer (local-search, anneal), start placers "
-                             "included (default: local-search 200 rounds or 0.8 s per start, anneal 5 s)")
+                             "included (default: local-search 200 rounds or 0.8 s per start, anneal 4 s)")
     parser.add_argument("--json", metavar="FILE", help="also write the table (and each placement) as JSON")
     parser.add_argument("--placements-dir", metavar="DIR",
                         help="write each placement as DIR/<placer>.json (the spec's placement format)")

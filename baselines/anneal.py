@@ -152,7 +152,7 @@ def anneal(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
     return anneal_units(graph, cluster, graph.unit_placement(p), seed, time_budget, max_steps, settings)
 
 
-ANNEAL_SECONDS = 5.0  # the default budget of the ``anneal`` placer
+ANNEAL_SECONDS = 4.0  # the default budget of the ``anneal`` placer
 
 
 def anneal_from_best(start_placers: dict, budget_seconds: float = ANNEAL_SECONDS, starts: int = 3,

@@ -38,7 +38,7 @@ SEARCH_STARTS = ("single", "m-topo", "m-etf", "heft", "metis", "critical-path", 
 
 def search_placers(budget_seconds: float | None = None) -> dict[str, Placer]:
     """The search placers, ``local-search`` and ``anneal``, each taking ``budget_seconds`` for a whole call (None:
-    their defaults, 200 rounds or 0.8 s per start for the local search and 5 s for the annealing)."""
+    their defaults, 200 rounds or 0.8 s per start for the local search and 4 s for the annealing)."""
     if budget_seconds is not None and not 0 < budget_seconds < float("inf"):
         raise ValueError(f"a search budget must be positive and finite seconds, got {budget_seconds!r}")
     starts = {name: CONSTRUCTIVE[name] for name in SEARCH_STARTS}
