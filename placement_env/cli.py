@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,18 +36,35 @@ def graph_and_cluster_from_args(args: argparse.Namespace) -> tuple[ComputationGr
     return graph, cluster
 
 
+def _check_writable(folder: Path, what: str) -> None:
+    """Refuse ``folder`` (or, if it does not exist yet, the nearest folder above it that does) when a file cannot
+    be created in it: tried for real, as permissions, read-only mounts and full disks all show only then."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-check-"):
+            pass
+    except OSError as error:
+        raise ValueError(f"cannot write {what}: {str(existing)!r}: {error.strerror or error}") from None
+
+
 def check_output_paths(file: str | None = None, folder: str | None = None, *more_folders: str | None) -> None:
-    """Refuse, before any work is done, an output ``file`` that is a folder or lies in no folder,
-    and an output ``folder`` (or any of ``more_folders``) that is a file (``ValueError`` naming the path)."""
+    """Refuse, before any work is done, an output ``file`` that is a folder, lies in no folder or cannot be
+    written, and an output ``folder`` (or any of ``more_folders``) that is a file or cannot be written in
+    (``ValueError`` naming the path)."""
     if file is not None:
         path = Path(file)
         if path.is_dir():
             raise ValueError(f"{file!r} is a folder; give a file name to write")
         if not path.parent.is_dir():
             raise ValueError(f"cannot write {file!r}: folder {str(path.parent)!r} does not exist")
+        _check_writable(path.parent, repr(file))
     for name in (folder, *more_folders):
         if name is not None and Path(name).exists() and not Path(name).is_dir():
             raise ValueError(f"{name!r} is a file, not a folder")
+        if name is not None:
+            _check_writable(Path(name), f"in {name!r}")
 
 
 def os_error_message(exc: OSError) -> str:

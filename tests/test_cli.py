@@ -187,3 +187,15 @@ def test_comparison_command_rejects_unknown_placer(capsys):
 def test_graphs_command_lists_shipped_graphs(capsys):
     assert env_main(["graphs"]) == 0
     assert "default" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--json", "/proc/table.json"], ["--placements-dir", "/proc/placements"],
+                                  ["--traces-dir", "/proc/a/b"]])
+def test_an_output_that_cannot_be_written_is_refused_before_any_placer_runs(args, capsys):
+    """/proc takes no new files, even from root: the check creates a file for real rather than trust modes."""
+    from baselines.__main__ import main as baselines_main
+    from placement_env.cli import run_cli
+
+    assert run_cli(lambda: baselines_main(["--graph", "default", *args])) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: cannot write") and err.count("\n") == 1

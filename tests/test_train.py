@@ -247,3 +247,18 @@ def test_a_graph_that_does_not_fit_one_device_trains_from_a_placement_that_fits(
     results = json.loads((out / "results.json").read_text())
     assert results["oom"] is False and all(g_["oom"] is False for g_ in results["graphs"])
     assert not simulate(g, read_placement(out / "placement.json", g), small).oom
+
+
+def test_a_second_run_on_the_same_out_is_refused_and_a_stale_lock_is_taken_over(graph_file, tmp_path, capsys):
+    """A live holder (here: this test's parent process) keeps --out; a dead one's lock is taken over."""
+    import os
+
+    (tmp_path / ".lock").write_text(f"{os.getppid()}\n")
+    with pytest.raises(ValueError, match=rf"is in use by another run \(PID {os.getppid()}\)"):
+        run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "16")
+    assert not (tmp_path / "results.json").exists()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / ".lock").write_text(dead.stdout)
+    results = run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "16")
+    assert results["steps"] >= 16 and "taking it over" in capsys.readouterr().err
+    assert not (tmp_path / ".lock").exists()  # released when the run ended

@@ -27,6 +27,7 @@ from agents.algorithms import make_model
 from agents.checkpoints import load_model, read_checkpoint, save_checkpoint
 from agents.training.clock import SearchClock, StopOnCtrlC, ignore_ctrl_c
 from agents.training.config import TrainConfig
+from agents.training.lock import OutputLock
 from agents.training.outputs import write_outputs
 from agents.training.tracker import BestTracker
 from graph_encoders import build_encoder, list_encoders
@@ -180,10 +181,18 @@ def save(model: Any, config: TrainConfig, out: Path) -> None:
 
 
 def train(config: TrainConfig) -> RunResult:
-    """Run ``config``: train, then write the outputs in ``config.out``; returns what the run found."""
+    """Run ``config``: train, then write the outputs in ``config.out``; returns what the run found.
+
+    The output folder is held by this run for its whole length (:class:`~agents.training.lock.OutputLock`): a
+    second run on it fails at once, naming the holder."""
     graphs, cluster = check_config(config)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
+    with OutputLock(out):
+        return _train(config, graphs, cluster, out)
+
+
+def _train(config: TrainConfig, graphs: list[ComputationGraph], cluster: Cluster, out: Path) -> RunResult:
     checkpoint, tracker = out / CHECKPOINT, BestTracker()
     resuming = config.resume and checkpoint.exists()
     if config.resume and not checkpoint.exists():  # a first run of a job that is always started with --resume
