@@ -39,7 +39,7 @@ from placement_env.sim.simulator import Simulator, check_placement
 
 from .local_search import RefineResult
 from .memory import overflow_bytes
-from .starts import ranked_starts
+from .starts import best_of_starts
 
 
 @dataclass(frozen=True)
@@ -161,18 +161,17 @@ def anneal_from_best(start_placers: dict, budget_seconds: float = ANNEAL_SECONDS
     in memory (:func:`~baselines.starts.ranked_starts`), each for an equal share of what the start placers leave of
     ``budget_seconds``; the best result.
 
-    Measured on tuning graphs (``python benchmarks/anneal_starts.py``, 8 graphs x {3, 8} GPUs, 5 s): from the 3
-    best starts with a third of the budget each, the result is at or below the result from HEFT's placement with
-    the whole budget in 12 of 16 cells, 1.8% lower on average; from the single best start, 12 of 16 and 0.5%.
+    Measured on tuning graphs (``python benchmarks/search_starts.py --search anneal``: 8 graphs x {3, 8} GPUs,
+    5 s): from the 3 best starts with a third of the budget each, the result is at or below the result from
+    HEFT's placement with the whole budget in 12 of 16 cells, 1.8% lower on average; from the single best start,
+    12 of 16 and 0.5%.
     """
 
     def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
-        found, spent = ranked_starts(graph, cluster, start_placers, seed)
-        chosen = found[:starts]
-        share = max(0.0, budget_seconds - spent) / len(chosen)
-        results = [anneal_units(graph, cluster, graph.unit_placement(p), seed, share, settings=settings)
-                   for _, _, p in chosen]
-        return min(results, key=lambda r: (r.overflow, r.makespan)).placement
+        def search(placement: np.ndarray, seconds: float | None) -> RefineResult:
+            return anneal_units(graph, cluster, graph.unit_placement(placement), seed, seconds, settings=settings)
+
+        return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds)
 
     placer.__name__ = "anneal"
     placer.__doc__ = (f"simulated annealing for {budget_seconds:g} s in all from the {starts} best of "

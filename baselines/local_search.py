@@ -23,7 +23,7 @@ from placement_env.graph.model import ComputationGraph
 from placement_env.sim.simulator import Simulator, check_placement
 
 from .memory import overflow_bytes
-from .starts import ranked_starts
+from .starts import best_of_starts
 
 
 @dataclass
@@ -108,21 +108,19 @@ def local_search_from_best(start_placers: dict[str, Callable[..., np.ndarray]], 
     the whole call takes that long: what the start placers leave of it is shared by the refinements, which then
     run without a round limit.
 
-    Measured on 9 graphs x {3, 8} GPUs (``python benchmarks/local_search_starts.py``): from the 3 best starts the
-    result is at or below the result from HEFT's placement in 16 of 18 cells (5% lower on average); from the
-    single best start, in 12 of 18: the best fast placement is not always the best basin.
+    Measured on 9 graphs x {3, 8} GPUs (``python benchmarks/search_starts.py --search local-search``): from the 3
+    best starts the result is at or below the result from HEFT's placement in 16 of 18 cells (5% lower on
+    average); from the single best start, in 12 of 18: the best fast placement is not always the best basin.
     """
 
     def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
-        found, spent = ranked_starts(graph, cluster, start_placers, seed)
-        chosen = found[:starts]
-        if budget_seconds is None:
-            results = [refine(graph, cluster, p, seed=seed, time_budget=seconds_per_start) for _, _, p in chosen]
-        else:
-            share = max(0.0, budget_seconds - spent) / len(chosen)
-            results = [refine(graph, cluster, p, seed=seed, max_rounds=2**62, patience=2**62, time_budget=share)
-                       for _, _, p in chosen]
-        return min(results, key=lambda r: (r.overflow, r.makespan)).placement
+        def search(placement: np.ndarray, seconds: float | None) -> RefineResult:
+            if seconds is None:
+                return refine(graph, cluster, placement, seed=seed, time_budget=seconds_per_start)
+            return refine(graph, cluster, placement, seed=seed, max_rounds=2**62, patience=2**62,
+                          time_budget=seconds)
+
+        return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds)
 
     placer.__name__ = "local_search"
     placer.__doc__ = (f"the {starts} best of {', '.join(start_placers)} refined by moves and swaps of units "

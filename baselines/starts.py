@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -36,3 +37,16 @@ def ranked_starts(graph: ComputationGraph, cluster: Cluster, start_placers: dict
         raise reason
     found.sort(key=lambda item: item[0])
     return found, time.perf_counter() - began
+
+
+def best_of_starts(graph: ComputationGraph, cluster: Cluster, seed: int,
+                   start_placers: dict[str, Callable[..., np.ndarray]], starts: int,
+                   search: Callable[[np.ndarray, float | None], Any], budget_seconds: float | None) -> np.ndarray:
+    """Run ``search(placement, seconds)`` from each of the ``starts`` fastest placements of ``start_placers`` that
+    fit; return the placement of the best result (least ``overflow``, then ``makespan``). With ``budget_seconds``,
+    what the start placers leave of it is shared equally (``seconds``); without, ``seconds`` is None."""
+    found, spent = ranked_starts(graph, cluster, start_placers, seed)
+    chosen = found[:starts]
+    share = None if budget_seconds is None else max(0.0, budget_seconds - spent) / len(chosen)
+    results = [search(placement, share) for _, _, placement in chosen]
+    return min(results, key=lambda r: (r.overflow, r.makespan)).placement

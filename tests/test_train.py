@@ -262,3 +262,19 @@ def test_a_second_run_on_the_same_out_is_refused_and_a_stale_lock_is_taken_over(
     results = run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "16")
     assert results["steps"] >= 16 and "taking it over" in capsys.readouterr().err
     assert not (tmp_path / ".lock").exists()  # released when the run ended
+
+
+def test_an_overrun_of_the_budget_says_why(tmp_path):
+    from types import SimpleNamespace
+
+    from agents.training import TrainConfig
+    from agents.training.run import TrackBest
+    from agents.training.tracker import BestTracker
+
+    clock = SimpleNamespace(budget_seconds=10.0, remaining=lambda: -3.0)
+    track = TrackBest(TrainConfig(out=str(tmp_path)), tmp_path, BestTracker(), clock, SimpleNamespace())
+    assert "3.0 s past its 10-s budget: one environment step or update outlasted it" in str(track.overrun_note())
+    track.last_go, track.update_seconds = (4.0, 2.5), 7.0
+    assert "an update expected to take 2.5 s started with 4.0 s left" in str(track.overrun_note())
+    clock.remaining = lambda: -0.5  # 5% over: within the 10% the budget allows
+    assert track.overrun_note() is None

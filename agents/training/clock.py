@@ -38,7 +38,8 @@ class SearchClock:
         """Seconds of this run's budget left (negative once overrun; the whole budget before the start)."""
         if self._start is None:
             return self.budget_seconds
-        return self.budget_seconds - (time.perf_counter() - self._start)
+        end = time.perf_counter() if self._stop is None else self._stop
+        return self.budget_seconds - (end - self._start)
 
     def expired(self) -> bool:
         """Whether this run's training has used up its budget."""

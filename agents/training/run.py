@@ -138,6 +138,7 @@ class TrackBest(BaseCallback):
         self.config, self.out, self.tracker, self.clock, self.stop = config, out, tracker, clock, stop
         self.update_seconds: float | None = None  # the last update's duration
         self.skipped_update = False
+        self.last_go: tuple[float, float] | None = None  # (seconds left, update expected) when an update went ahead
         self._rollout_start: float | None = None
         self._rollout_end: float | None = None
         self._rollout_steps = 0
@@ -168,10 +169,26 @@ class TrackBest(BaseCallback):
             return False
         self._rollout_steps += 1
         n_steps = getattr(self.model, "n_steps", None)
-        if n_steps and self._rollout_steps >= n_steps and self.clock.remaining() < self.expected_update_seconds():
-            self.skipped_update = True  # the update would overrun the budget: stop before it
-            return False
+        if n_steps and self._rollout_steps >= n_steps:
+            left, expected = self.clock.remaining(), self.expected_update_seconds()
+            if left < expected:
+                self.skipped_update = True  # the update would overrun the budget: stop before it
+                return False
+            self.last_go = (left, expected)
         return True
+
+    def overrun_note(self) -> str | None:
+        """Why training ran more than 10% past its budget, when it did (None otherwise)."""
+        over = -self.clock.remaining()
+        if over <= 0.1 * self.clock.budget_seconds:
+            return None
+        if self.last_go is not None and self.update_seconds is not None:
+            left, expected = self.last_go
+            return (f"training ran {over:.1f} s past its {self.clock.budget_seconds:g}-s budget: an update expected "
+                    f"to take {expected:.1f} s started with {left:.1f} s left and took longer (the machine was "
+                    f"busier, or the estimate before the first update was short)")
+        return (f"training ran {over:.1f} s past its {self.clock.budget_seconds:g}-s budget: one environment step "
+                f"or update outlasted it")
 
 
 def save(model: Any, config: TrainConfig, out: Path) -> None:
@@ -230,12 +247,15 @@ def _train(config: TrainConfig, graphs: list[ComputationGraph], cluster: Cluster
             stop.requested = True
         clock.stop()
     cpu_seconds = time.process_time() - cpu_start
+    overrun = track.overrun_note()
+    if overrun:
+        print(f"notice: {overrun}", file=sys.stderr)
     save(model, config, out)
     env.close()
     steps = int(model.num_timesteps)
     record = write_outputs(config, out, graphs, cluster, tracker, steps, clock.elapsed(), stop.requested,
                            {"cpu_seconds": cpu_seconds, "budget_seconds": config.budget_seconds,
-                            "stopped_before_an_update": track.skipped_update})
+                            "stopped_before_an_update": track.skipped_update, "budget_overrun": overrun})
     return RunResult(graph=record["graph"], makespan=record["makespan"], lower_bound=record["lower_bound"],
                      oom=record["oom"], steps=steps, search_seconds=record["search_seconds"],
                      interrupted=stop.requested, out=out, record=record)
