@@ -134,6 +134,7 @@ def test_speed_aware_placers_run_a_chain_on_the_fastest_device():
     assert place("m-etf", g, c).tolist() == [0, 0, 0, 0]
 
 
+@pytest.mark.slow
 def test_no_placer_returns_a_placement_that_runs_out_of_memory():
     """On nearly full clusters every placer says the graph does not fit or gives a placement within memory.
 

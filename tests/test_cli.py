@@ -23,10 +23,10 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 def test_placer_comparison_command_prints_the_table_and_writes_json(tmp_path):
     out = run("-m", "baselines", "--graph", "default", "--devices", "3", "--json", str(tmp_path / "t.json"),
-              "--placements-dir", str(tmp_path / "p"))
+              "--placements-dir", str(tmp_path / "p"), "--budget-seconds", "0.3")
     assert out.returncode == 0, out.stderr
-    for placer in ("single", "round-robin", "random", "m-topo", "m-etf", "heft", "metis", "critical-path",
-                   "local-search"):
+    for placer in ("single", "round-robin", "random", "m-topo", "m-etf", "heft", "metis", "critical-path", "split",
+                   "local-search", "anneal"):
         assert placer in out.stdout
     assert "makespan (ms)" in out.stdout and "/ LB" in out.stdout and "OOM" in out.stdout
     table = json.loads((tmp_path / "t.json").read_text())

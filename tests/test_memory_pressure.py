@@ -41,7 +41,7 @@ def small_problems(draw):
     return g, uniform_cluster(draw(st.integers(2, 3)), bandwidth=1000.0, latency=0.01, memory=max(memory, 1))
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(small_problems())
 def test_a_placer_says_infeasible_only_when_no_placement_fits(problem):
     g, c = problem
@@ -109,6 +109,7 @@ def test_parameters_beyond_the_cluster_are_refused_with_the_numbers():
             place(name, g, uniform_cluster(2, memory=1000))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, devices, memory_gib", [("nasnet_large", 3, None), ("resnet50", 3, 2.0)])
 def test_every_placer_fits_a_model_that_does_not_fit_one_device(name, devices, memory_gib):
     g = load_graph(name)

@@ -46,6 +46,7 @@ def test_zero_length_buffers_leave_the_timeline_alone():
     assert r.peak_memory[0] == 70
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(problems())
 def test_timeline_peaks_at_the_simulated_peak_and_ends_with_the_parameters(problem):

@@ -1,6 +1,7 @@
 """Properties of the simulator on random DAGs and placements (hypothesis)."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,6 +76,7 @@ def test_everything_on_one_device_of_speed_one_is_the_sum_of_costs(g, m):
     assert np.isclose(r.busy[m - 1], g.total_cost, rtol=1e-12, atol=0)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(problems())
 def test_same_input_gives_the_same_schedule(problem):
@@ -85,6 +87,7 @@ def test_same_input_gives_the_same_schedule(problem):
     assert a.schedule.transfers() == b.schedule.transfers()
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(problems(), st.integers(0, 2**31))
 def test_batched_and_single_entry_points_agree_exactly(problem, seed):
