@@ -210,14 +210,13 @@ def train(config: TrainConfig) -> RunResult:
 
 
 def _train(config: TrainConfig, graphs: list[ComputationGraph], cluster: Cluster, out: Path) -> RunResult:
+    """:func:`train` once the config is checked and ``out`` is held."""
     checkpoint, tracker = out / CHECKPOINT, BestTracker()
     resuming = config.resume and checkpoint.exists()
     if config.resume and not checkpoint.exists():  # a first run of a job that is always started with --resume
         print(f"--resume: no checkpoint {str(checkpoint)!r} yet; starting a new policy", file=sys.stderr)
     if resuming:
-        with open(checkpoint, "rb"):  # unreadable: fail before building anything
-            pass
-        saved = read_checkpoint(checkpoint)
+        saved = read_checkpoint(checkpoint)  # a checkpoint of another policy fails before anything is built
         check_resumed_policy(config, {"algo": saved.algo, "policy": saved.policy})
         if (out / "tracker.json").exists():
             try:
@@ -235,7 +234,8 @@ def _train(config: TrainConfig, graphs: list[ComputationGraph], cluster: Cluster
         model = make_model(config.algo, env, encoder=config.encoder, encoder_kwargs=config.encoder_kwargs(),
                            expected_moves=config.expected_moves or None, tensorboard_log=tensorboard,
                            **algo_kwargs(config))
-    track = TrackBest(config, out, tracker, clock, stop := StopOnCtrlC())
+    stop = StopOnCtrlC()
+    track = TrackBest(config, out, tracker, clock, stop)
     cpu_start = time.process_time()
     with stop:
         clock.start()
