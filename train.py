@@ -20,18 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import NoReturn
 
 ALGORITHMS = ("ppo", "a2c", "reinforce", "maskable-ppo")
 
 
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse prints usage too; one line is enough
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from placement_env.cli import OneLineParser  # here, so that Ctrl-C while it loads is caught by run()
+
     p = OneLineParser(prog="python train.py", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--encoder", default="fadp-gt", help="a graph encoder name (graph_encoders.list_encoders())")
     p.add_argument("--algo", default="ppo", help=f"one of {', '.join(ALGORITHMS)}")
@@ -75,9 +70,11 @@ def config_from_args(args: argparse.Namespace):  # -> agents.training.TrainConfi
 
 
 def main(argv: list[str] | None = None) -> int:
+    config = config_from_args(build_parser().parse_args(argv))  # bad arguments fail here, before torch loads
+    config.problem()  # and a missing graph, cluster file or unwritable --out
     from agents.training import train
 
-    result = train(config_from_args(build_parser().parse_args(argv)))
+    result = train(config)
     record = result.record
     print(f"{result.graph}: {record['encoder']} + {record['algo']}, {result.steps} steps, "
           f"{result.search_seconds:.1f} s of search on {os.cpu_count()} CPU cores")
@@ -89,15 +86,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<22} {shown}")
     print(f"{'lower bound':<22} {result.lower_bound * 1e3:>14.3f}")
     print(f"outputs in {result.out}/")
-    return 0
+    return 130 if result.interrupted else 0  # Ctrl-C: the outputs are written, and the status says it
 
 
 def run(argv: list[str] | None = None) -> int:
-    """:func:`main` with the command line's error contract: bad input is one ``error:`` line and status 2."""
+    """:func:`main` with the command line's error contract: bad input is one ``error:`` line and status 2; Ctrl-C
+    is one line and status 130 (during training the run still writes its outputs first)."""
     try:
         return main(argv)
     except SystemExit as exc:  # argparse has printed its one line
         return int(exc.code or 0)
+    except KeyboardInterrupt:  # Ctrl-C before training started (or while the outputs were written)
+        print("interrupted", file=sys.stderr)
+        return 130
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

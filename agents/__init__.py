@@ -11,11 +11,30 @@
 
 from __future__ import annotations
 
-from .algorithms import ALGORITHMS, SB3_ALGORITHMS, make_agent, make_model, make_sb3
-from .checkpoints import load_model, load_network, place_graph, read_checkpoint, save_checkpoint, save_network
-from .features_extractor import GraphFeaturesExtractor
-from .policy import MaskablePlacementPolicy, PlacementPolicy
-from .reinforce import PlacementNetwork, Reinforce, ReinforceConfig, greedy_placement, train_reinforce
+from typing import TYPE_CHECKING
+
+from placement_env.lazy_names import lazy_attributes
+
+from .names import ALGORITHMS, SB3_ALGORITHMS
+
+_ON_FIRST_USE = {  # loaded when first used: they import torch and stable-baselines3 (seconds)
+    **dict.fromkeys(("make_agent", "make_model", "make_sb3"), "agents.algorithms"),
+    **dict.fromkeys(("load_model", "load_network", "place_graph", "read_checkpoint", "save_checkpoint",
+                     "save_network"), "agents.checkpoints"),
+    "GraphFeaturesExtractor": "agents.features_extractor",
+    **dict.fromkeys(("MaskablePlacementPolicy", "PlacementPolicy"), "agents.policy"),
+    **dict.fromkeys(("PlacementNetwork", "Reinforce", "ReinforceConfig", "greedy_placement", "train_reinforce"),
+                    "agents.reinforce"),
+}
+
+if TYPE_CHECKING:
+    from .algorithms import make_agent, make_model, make_sb3
+    from .checkpoints import load_model, load_network, place_graph, read_checkpoint, save_checkpoint, save_network
+    from .features_extractor import GraphFeaturesExtractor
+    from .policy import MaskablePlacementPolicy, PlacementPolicy
+    from .reinforce import PlacementNetwork, Reinforce, ReinforceConfig, greedy_placement, train_reinforce
+else:
+    __getattr__ = lazy_attributes("agents", _ON_FIRST_USE, globals())
 
 __all__ = ["ALGORITHMS", "GraphFeaturesExtractor", "MaskablePlacementPolicy", "PlacementNetwork", "PlacementPolicy",
            "Reinforce", "ReinforceConfig", "SB3_ALGORITHMS", "greedy_placement", "load_model", "load_network",

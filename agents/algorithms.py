@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .names import ALGORITHMS, SB3_ALGORITHMS
 from .policy import MaskablePlacementPolicy, PlacementPolicy
 from .reinforce import Reinforce, ReinforceConfig
 
-SB3_ALGORITHMS = ("ppo", "a2c", "maskable-ppo")
-ALGORITHMS = SB3_ALGORITHMS + ("reinforce",)
+__all__ = ["ALGORITHMS", "SB3_ALGORITHMS", "make_agent", "make_model", "make_sb3"]
 
 
 def make_sb3(algo: str, env: Any, encoder: str = "fadp-gt", encoder_kwargs: dict | None = None, **kwargs: Any) -> Any:

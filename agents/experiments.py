@@ -35,7 +35,6 @@ the command line and machine) and ``<table>.csv`` (one row per run) in ``--out``
 
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import json
@@ -54,7 +53,7 @@ from agents.training.run import check_config
 from baselines import PLACERS as ALL_PLACERS
 from baselines import PlacementInfeasibleError
 from placement_env import Cluster, load_graph, lower_bound, simulate
-from placement_env.cli import check_output_paths
+from placement_env.cli import OneLineParser, check_output_paths, run_cli
 from placement_env.json_files import write_text_atomically
 
 SUITES = ("ptb", "cifar10", "nmt")
@@ -455,7 +454,7 @@ def other_sections(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m agents.experiments", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m agents.experiments", description=__doc__.splitlines()[0])
     parser.add_argument("experiment", choices=EXPERIMENTS + ("all",))
     parser.add_argument("--quick", action="store_true",
                         help="every row, one seed, one graph, 3 GPUs, 2 s per run (a smoke test)")
@@ -516,4 +515,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

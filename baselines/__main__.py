@@ -14,7 +14,13 @@ import json
 import sys
 from pathlib import Path
 
-from placement_env.cli import add_graph_and_cluster_args, check_output_paths, graph_and_cluster_from_args, run_cli
+from placement_env.cli import (
+    OneLineParser,
+    add_graph_and_cluster_args,
+    check_output_paths,
+    graph_and_cluster_from_args,
+    run_cli,
+)
 from placement_env.graph.placement_io import write_placement
 from placement_env.sim.chrome_trace import write_chrome_trace
 
@@ -24,7 +30,7 @@ from .placers import placers_with_budget
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m baselines", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m baselines", description=__doc__.splitlines()[0])
     add_graph_and_cluster_args(parser)
     parser.add_argument("--placers", default=",".join(PLACERS),
                         help=f"comma-separated subset of: {', '.join(PLACERS)} (default: all)")

@@ -23,8 +23,7 @@ imports the layers below them, and torch is only needed to trace a model.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from placement_env.cluster import DEVICE_KINDS, Cluster, Device
 from placement_env.envs.registration import register_environments
@@ -43,6 +42,7 @@ from placement_env.graph import (
     write_graph,
     write_placement,
 )
+from placement_env.lazy_names import lazy_attributes
 from placement_env.sim import (
     BatchResult,
     Schedule,
@@ -74,14 +74,7 @@ _ON_FIRST_USE = {  # name -> module that defines it
 
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all attribute
-
-    def __getattr__(name: str) -> Any:
-        """The names of :data:`_ON_FIRST_USE`, imported when first asked for (PEP 562)."""
-        if name in _ON_FIRST_USE:
-            value = getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
-            globals()[name] = value
-            return value
-        raise AttributeError(f"module 'placement_env' has no attribute {name!r}")
+    __getattr__ = lazy_attributes("placement_env", _ON_FIRST_USE, globals())
 
 
 register_environments()

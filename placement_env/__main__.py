@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from placement_env.cli import add_graph_and_cluster_args, graph_and_cluster_from_args, run_cli
+from placement_env.cli import OneLineParser, add_graph_and_cluster_args, graph_and_cluster_from_args, run_cli
 from placement_env.graph.placement_io import read_placement
 from placement_env.sim.chrome_trace import write_chrome_trace
 from placement_env.sim.simulator import checked_param_factor, simulate
@@ -24,7 +24,7 @@ from placement_env.zoo.suites import SUITE_NAMES, SUITE_SEEDS, shipped_path, tab
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m placement_env", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m placement_env", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sim = sub.add_parser("simulate", help="simulate one placement and report makespan, memory and OOM")
     add_graph_and_cluster_args(sim)

@@ -7,10 +7,20 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from placement_env.cluster import DEFAULT_KIND, DEVICE_KINDS, Cluster
 from placement_env.graph.model import ComputationGraph
 from placement_env.zoo.registry import load_graph
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """``argparse`` whose errors are one ``error:`` line (no usage block) and exit status 2, as every command's
+    other errors are."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def add_graph_and_cluster_args(parser: argparse.ArgumentParser) -> None:

@@ -216,3 +216,9 @@ def test_chunked_modulated_attention_equals_the_autograd_formula(shared_maps, mo
     m2 = m.detach().clone()
     m2[1, :, 5:] = 100.0
     torch.testing.assert_close(ma.modulated_attention(q, k, m2, coef, maps, key_mask)[1], out[1])
+
+
+def test_the_names_checked_before_torch_loads_are_the_registry_s():
+    from agents.names import ENCODER_NAMES
+
+    assert list(ENCODER_NAMES) == list_encoders()

@@ -180,7 +180,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_the_best_placement(graph_file, tmp_path)
         time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 130, err
     assert "interrupted" in err and "best found" in out
     results = json.loads((tmp_path / "results.json").read_text())
     check_outputs(graph_file, tmp_path, results)
@@ -278,3 +278,20 @@ def test_an_overrun_of_the_budget_says_why(tmp_path):
     assert "an update expected to take 2.5 s started with 4.0 s left" in str(track.overrun_note())
     clock.remaining = lambda: -0.5  # 5% over: within the 10% the budget allows
     assert track.overrun_note() is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [0.4, 2.0])
+def test_ctrl_c_while_starting_is_one_line_and_status_130(graph_file, tmp_path, after):
+    """SIGINT while the arguments are checked and torch loads (0.4 s), and while the agent is built (2 s)."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "train.py", "--graph", str(graph_file), "--encoder", "gcn",
+                             "--out", str(tmp_path), "--progress", "off"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(after)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err  # "interrupted" (+ a stop notice)

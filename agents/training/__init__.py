@@ -10,8 +10,20 @@
     print(result.makespan, result.lb_ratio)
 """
 
+from typing import TYPE_CHECKING
+
 from agents.training.config import TrainConfig, parse_encoder_options
-from agents.training.outputs import COMPARED_PLACERS
-from agents.training.run import CHECKPOINT, RunResult, train
+from placement_env.lazy_names import lazy_attributes
+
+_ON_FIRST_USE = {  # the run imports torch and stable-baselines3: loaded when first used
+    "COMPARED_PLACERS": "agents.training.outputs",
+    **dict.fromkeys(("CHECKPOINT", "RunResult", "train"), "agents.training.run"),
+}
+
+if TYPE_CHECKING:
+    from agents.training.outputs import COMPARED_PLACERS
+    from agents.training.run import CHECKPOINT, RunResult, train
+else:
+    __getattr__ = lazy_attributes("agents.training", _ON_FIRST_USE, globals())
 
 __all__ = ["CHECKPOINT", "COMPARED_PLACERS", "RunResult", "TrainConfig", "parse_encoder_options", "train"]

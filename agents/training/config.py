@@ -8,8 +8,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agents.algorithms import ALGORITHMS
+from agents.names import ALGORITHMS, ENCODER_NAMES
+from placement_env import Cluster, ComputationGraph
 from placement_env.checks import checked_finite
+from placement_env.cli import check_output_paths
+from placement_env.envs.task import initial_placement_names, resolve_graphs
 
 
 def parse_encoder_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -69,6 +72,8 @@ class TrainConfig:
     progress: bool = False
 
     def __post_init__(self) -> None:
+        if self.encoder not in ENCODER_NAMES:
+            raise ValueError(f"unknown encoder {self.encoder!r}; known: {', '.join(ENCODER_NAMES)}")
         if self.algo not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {self.algo!r}; use one of {', '.join(ALGORITHMS)}")
         for name in ("timesteps", "episodes", "episode_length", "n_envs", "hidden_dim", "checkpoint_every"):
@@ -117,6 +122,21 @@ class TrainConfig:
     def env_id(self) -> str:
         """``DevicePlacementSequential-v0`` for MaskablePPO (Placeto's MDP), else ``DevicePlacement-v0``."""
         return "DevicePlacementSequential-v0" if self.algo == "maskable-ppo" else "DevicePlacement-v0"
+
+    def problem(self) -> tuple[list[ComputationGraph], Cluster]:
+        """The graphs and the cluster this run places, after checking everything the config names that does not
+        need torch (start placement, output folder, graph, cluster): a ``ValueError`` or ``OSError`` names it."""
+        if self.initial_placement not in initial_placement_names():
+            raise ValueError(f"unknown --initial-placement {self.initial_placement!r}; use one of "
+                             f"{', '.join(initial_placement_names())}")
+        try:
+            check_output_paths(folder=self.out)
+        except ValueError as exc:
+            raise ValueError(f"--out {exc}") from None
+        graphs = resolve_graphs(self.graph)
+        cluster = Cluster.from_json(self.cluster) if self.cluster else \
+            Cluster.preset(self.device_kind, 3 if self.devices is None else self.devices)
+        return graphs, cluster
 
     def as_dict(self) -> dict[str, Any]:
         """Every field, as plain data (``results.json``'s ``hyperparameters``)."""

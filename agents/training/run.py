@@ -32,8 +32,6 @@ from agents.training.outputs import write_outputs
 from agents.training.tracker import BestTracker
 from graph_encoders import build_encoder, list_encoders
 from placement_env import Cluster, ComputationGraph
-from placement_env.cli import check_output_paths
-from placement_env.envs.task import initial_placement_names, resolve_graphs
 from placement_env.json_files import write_text_atomically
 
 CHECKPOINT = "checkpoint.zip"
@@ -68,17 +66,7 @@ def check_config(config: TrainConfig) -> tuple[list[ComputationGraph], Cluster]:
     if config.encoder not in list_encoders():
         raise ValueError(f"unknown encoder {config.encoder!r}; known: {', '.join(list_encoders())}")
     build_encoder(config.encoder, 8, **config.encoder_kwargs())  # an unknown option fails now, with its name
-    if config.initial_placement not in initial_placement_names():
-        raise ValueError(f"unknown --initial-placement {config.initial_placement!r}; use one of "
-                         f"{', '.join(initial_placement_names())}")
-    try:
-        check_output_paths(folder=config.out)
-    except ValueError as exc:
-        raise ValueError(f"--out {exc}") from None
-    graphs = resolve_graphs(config.graph)
-    cluster = Cluster.from_json(config.cluster) if config.cluster else \
-        Cluster.preset(config.device_kind, 3 if config.devices is None else config.devices)
-    return graphs, cluster
+    return config.problem()
 
 
 def check_resumed_policy(config: TrainConfig, saved: dict[str, Any]) -> None:
