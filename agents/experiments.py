@@ -54,7 +54,7 @@ from baselines import PLACERS as ALL_PLACERS
 from baselines import PlacementInfeasibleError
 from placement_env import Cluster, load_graph, lower_bound, simulate
 from placement_env.cli import OneLineParser, check_output_paths, run_cli
-from placement_env.json_files import write_text_atomically
+from placement_env.json_files import replace_atomically, write_text_atomically
 
 SUITES = ("ptb", "cifar10", "nmt")
 DEVICE_COUNTS = (3, 5, 8)
@@ -430,7 +430,8 @@ def experiment_figure4(settings: Settings, csv_rows: list[dict]) -> tuple[str, l
     axes[0][0].legend(fontsize=6)
     fig.tight_layout()
     settings.out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(settings.out / "figure4.png")
+    with replace_atomically(settings.out / "figure4.png") as temporary:
+        fig.savefig(temporary)
     plt.close(fig)
     finals: dict[tuple[str, str], dict[str, float]] = {}
     for line in lines[2:]:
@@ -499,9 +500,10 @@ def main(argv: list[str] | None = None) -> int:
         text = (f"## {experiment}\n\n{header(experiment, settings, argv)}\n{body}\n\n**Against the paper.** "
                 + " ".join(findings) + "\n")
         sections.append(text)
-        (settings.out / f"{experiment}.md").write_text(text)
+        write_text_atomically(settings.out / f"{experiment}.md", text)
         if csv_rows:
-            with open(settings.out / f"{experiment}.csv", "w", newline="") as f:
+            with replace_atomically(settings.out / f"{experiment}.csv") as temporary, \
+                    open(temporary, "w", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=list(csv_rows[0]))
                 writer.writeheader()
                 writer.writerows(csv_rows)

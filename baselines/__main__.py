@@ -22,6 +22,7 @@ from placement_env.cli import (
     run_cli,
 )
 from placement_env.graph.placement_io import write_placement
+from placement_env.json_files import write_text_atomically
 from placement_env.sim.chrome_trace import write_chrome_trace
 
 from . import PLACERS
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         payload = {"graph": graph.name, "cluster": cluster.to_dict(), "seed": args.seed,
                    "rows": [r.to_dict(with_placement=True) for r in rows]}
-        Path(args.json).write_text(json.dumps(payload, indent=1))
+        write_text_atomically(args.json, json.dumps(payload, indent=1))
     if args.placements_dir:
         out = Path(args.placements_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,23 +49,32 @@ def read_json_file(path: str | os.PathLike) -> Any:
 
 
 def write_json_file(obj: Any, path: str | os.PathLike) -> None:
-    """Write ``obj`` as JSON, gzipped when the name ends in ``.gz``."""
+    """Write ``obj`` as JSON, gzipped when the name ends in ``.gz``, atomically (:func:`replace_atomically`)."""
     path = Path(path)
     text = json.dumps(obj, separators=(",", ":"))
-    if path.name.endswith(".gz"):
-        with gzip.open(path, "wt", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
+    with replace_atomically(path) as temporary:
+        if path.name.endswith(".gz"):
+            with gzip.open(temporary, "wt", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            temporary.write_text(text, encoding="utf-8")
 
 
-def write_text_atomically(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename, so that a reader (or
-    a kill at any moment) sees the old file or the new one, never a part."""
+@contextmanager
+def replace_atomically(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path in ``path``'s folder to write, renamed to ``path`` when the block ends without an error (and
+    removed otherwise): a reader, or a kill at any moment, sees the old file or the new one, never a part of one.
+    The temporary name keeps ``path``'s suffix, for writers that choose a format by it (matplotlib)."""
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
     try:
-        temporary.write_text(text, encoding="utf-8")
+        yield temporary
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (:func:`replace_atomically`)."""
+    with replace_atomically(path) as temporary:
+        temporary.write_text(text, encoding="utf-8")

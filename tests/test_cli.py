@@ -199,3 +199,17 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_placer_runs(args
     assert run_cli(lambda: baselines_main(["--graph", "default", *args])) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("error: cannot write") and err.count("\n") == 1
+
+
+def test_files_are_replaced_whole_or_not_at_all(tmp_path):
+    """An error while writing leaves the old file and no temporary behind."""
+    from placement_env.json_files import replace_atomically, write_json_file
+
+    target = tmp_path / "placement.json"
+    write_json_file([0, 1], target)
+    with pytest.raises(RuntimeError), replace_atomically(target) as temporary:
+        temporary.write_text("[2, 2")  # half written ...
+        raise RuntimeError("killed")  # ... when the writer dies
+    assert json.loads(target.read_text()) == [0, 1] and sorted(p.name for p in tmp_path.iterdir()) == ["placement.json"]
+    write_json_file([1, 0], tmp_path / "p.json.gz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json.gz", "placement.json"]

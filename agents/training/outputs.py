@@ -17,7 +17,7 @@ from agents.training.tracker import BestTracker
 from baselines import PLACERS, PlacementInfeasibleError
 from placement_env import Cluster, ComputationGraph, SimulationResult, simulate, write_placement
 from placement_env.envs.render import gantt_rgb
-from placement_env.json_files import write_text_atomically
+from placement_env.json_files import replace_atomically, write_text_atomically
 
 COMPARED_PLACERS = ("single", "heft", "m-etf", "metis")
 VERSIONED = ("torch", "torch-geometric", "stable-baselines3", "sb3-contrib", "gymnasium", "numpy", "numba",
@@ -112,7 +112,9 @@ def draw(config: TrainConfig, out: Path, graph: ComputationGraph, cluster: Clust
     ax.set_title(f"{graph.name} on {cluster.name}", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "learning_curve.png")
+    with replace_atomically(out / "learning_curve.png") as temporary:
+        fig.savefig(temporary)
     plt.close(fig)
     names = [d.name for d in cluster.devices]
-    plt.imsave(out / "gantt.png", gantt_rgb(result, list(graph.ops), names, title=f"best placement, {graph.name}"))
+    with replace_atomically(out / "gantt.png") as temporary:
+        plt.imsave(temporary, gantt_rgb(result, list(graph.ops), names, title=f"best placement, {graph.name}"))
