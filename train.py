@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float, default=0.1,
                    help="REINFORCE: probability of drawing a unit's device uniformly instead of from the policy")
     p.add_argument("--checkpoint-every", type=int, default=2048, help="steps between checkpoints")
+    p.add_argument("--max-units", type=int, default=2000,
+                   help="a graph of more placement units is trained on coarsened to this many, with a notice "
+                        "(default 2000: the encoders' memory grows with the square of the units)")
     p.add_argument("--out", default="runs/latest", help="output folder (default runs/latest)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint in --out (without one: a new policy, with a notice)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -12,7 +14,13 @@ from agents.names import ALGORITHMS, ENCODER_NAMES
 from placement_env import Cluster, ComputationGraph
 from placement_env.checks import checked_finite
 from placement_env.cli import check_output_paths
-from placement_env.envs.task import initial_placement_names, resolve_graphs
+from placement_env.envs.task import (
+    DEFAULT_MAX_UNITS,
+    CoarsenedGraphWarning,
+    fit_units,
+    initial_placement_names,
+    resolve_graphs,
+)
 
 
 def parse_encoder_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -45,7 +53,8 @@ class TrainConfig:
     ``learning_rate``, ``epsilon`` (REINFORCE's uniform exploration), ``n_envs`` parallel environments.
     The limits, whichever comes first: ``timesteps`` environment steps, ``episodes`` (REINFORCE), and
     ``budget_seconds`` of training. Episodes last ``episode_length`` steps (the whole-graph environment) and
-    start from ``initial_placement``.
+    start from ``initial_placement``. A graph of more than ``max_units`` placement units is trained on coarsened
+    to that many (a notice says so).
     """
 
     graph: str = "default"
@@ -67,6 +76,7 @@ class TrainConfig:
     learning_rate: float = 1e-3
     epsilon: float = 0.1
     checkpoint_every: int = 2048
+    max_units: int = DEFAULT_MAX_UNITS
     out: str = "runs/latest"
     resume: bool = False
     progress: bool = False
@@ -76,7 +86,8 @@ class TrainConfig:
             raise ValueError(f"unknown encoder {self.encoder!r}; known: {', '.join(ENCODER_NAMES)}")
         if self.algo not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {self.algo!r}; use one of {', '.join(ALGORITHMS)}")
-        for name in ("timesteps", "episodes", "episode_length", "n_envs", "hidden_dim", "checkpoint_every"):
+        for name in ("timesteps", "episodes", "episode_length", "n_envs", "hidden_dim", "checkpoint_every",
+                     "max_units"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
@@ -109,7 +120,8 @@ class TrainConfig:
 
     def env_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the environment (``gymnasium.make``) this run trains on."""
-        kwargs: dict[str, Any] = {"graph": self.graph, "initial_placement": self.initial_placement}
+        kwargs: dict[str, Any] = {"graph": self.graph, "initial_placement": self.initial_placement,
+                                  "max_units": self.max_units}
         if self.cluster:
             kwargs["cluster"] = self.cluster
         else:
@@ -123,9 +135,10 @@ class TrainConfig:
         """``DevicePlacementSequential-v0`` for MaskablePPO (Placeto's MDP), else ``DevicePlacement-v0``."""
         return "DevicePlacementSequential-v0" if self.algo == "maskable-ppo" else "DevicePlacement-v0"
 
-    def problem(self) -> tuple[list[ComputationGraph], Cluster]:
+    def problem(self, notify: bool = False) -> tuple[list[ComputationGraph], Cluster]:
         """The graphs and the cluster this run places, after checking everything the config names that does not
-        need torch (start placement, output folder, graph, cluster): a ``ValueError`` or ``OSError`` names it."""
+        need torch (start placement, output folder, graph, cluster): a ``ValueError`` or ``OSError`` names it.
+        With ``notify``, a notice on stderr for each graph placed coarsened."""
         if self.initial_placement not in initial_placement_names():
             raise ValueError(f"unknown --initial-placement {self.initial_placement!r}; use one of "
                              f"{', '.join(initial_placement_names())}")
@@ -133,7 +146,16 @@ class TrainConfig:
             check_output_paths(folder=self.out)
         except ValueError as exc:
             raise ValueError(f"--out {exc}") from None
-        graphs = resolve_graphs(self.graph)
+        graphs = []
+        for graph in resolve_graphs(self.graph):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CoarsenedGraphWarning)
+                fitted = fit_units(graph, self.max_units)
+            if fitted is not graph and notify:
+                print(f"notice: graph {graph.name!r} has {graph.num_units} placement units, more than --max-units "
+                      f"{self.max_units}: training places it coarsened to {fitted.num_units} units (same ops; the "
+                      f"encoders' memory grows with the square of the units)", file=sys.stderr)
+            graphs.append(fitted)
         cluster = Cluster.from_json(self.cluster) if self.cluster else \
             Cluster.preset(self.device_kind, 3 if self.devices is None else self.devices)
         return graphs, cluster

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from agents.training.outputs import write_outputs
 from agents.training.tracker import BestTracker
 from graph_encoders import build_encoder, list_encoders
 from placement_env import Cluster, ComputationGraph
+from placement_env.envs.task import CoarsenedGraphWarning
 from placement_env.json_files import write_text_atomically
 
 CHECKPOINT = "checkpoint.zip"
@@ -66,7 +68,7 @@ def check_config(config: TrainConfig) -> tuple[list[ComputationGraph], Cluster]:
     if config.encoder not in list_encoders():
         raise ValueError(f"unknown encoder {config.encoder!r}; known: {', '.join(list_encoders())}")
     build_encoder(config.encoder, 8, **config.encoder_kwargs())  # an unknown option fails now, with its name
-    return config.problem()
+    return config.problem(notify=True)
 
 
 def check_resumed_policy(config: TrainConfig, saved: dict[str, Any]) -> None:
@@ -98,6 +100,13 @@ def algo_kwargs(config: TrainConfig) -> dict[str, Any]:
 def make_env(config: TrainConfig) -> Any:
     """The training environment: a vectorized one for SB3 (SubprocVecEnv when ``n_envs`` > 1), a plain one for
     REINFORCE."""
+    with warnings.catch_warnings():  # a coarsened graph: config.problem() has said so
+        warnings.simplefilter("ignore", CoarsenedGraphWarning)
+        return _make_env(config)
+
+
+def _make_env(config: TrainConfig) -> Any:
+    """:func:`make_env`'s work."""
     import gymnasium as gym
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv

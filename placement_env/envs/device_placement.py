@@ -10,6 +10,7 @@ from gymnasium import spaces
 from placement_env.checks import checked_count
 from placement_env.cluster import DEFAULT_KIND
 from placement_env.envs.base import PlacementEnvBase
+from placement_env.envs.task import DEFAULT_MAX_UNITS
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
 
 
@@ -78,6 +79,8 @@ class DevicePlacementEnv(PlacementEnvBase):
       (a ``Cluster`` or a cluster JSON path);
     * ``max_nodes``, ``max_devices``, ``max_edges``: padding (default: largest graph, device
       count, most unit edges), so observations of different environments can be batched;
+    * ``max_units``: a graph with more placement units is placed coarsened to this many, with a
+      warning (default 2,000; None: never).
     * ``episode_length`` T (default 10), ``reward_scale``, ``memory_penalty`` c (default 10);
     * ``initial_placement``: ``"single"`` (default), ``"random"``, ``"round_robin"`` or a
       placer name from ``baselines`` (``"heft"``, ``"m-etf"``...);
@@ -91,10 +94,10 @@ class DevicePlacementEnv(PlacementEnvBase):
                  reward_scale: str = "relative", memory_penalty: float = 10.0, initial_placement: str = "single",
                  param_factor: float = DEFAULT_PARAM_FACTOR, device_kind: str = DEFAULT_KIND,
                  flatten: bool = True, render_mode: str | None = None,
-                 max_edges: int | None = None) -> None:
+                 max_edges: int | None = None, max_units: int | None = DEFAULT_MAX_UNITS) -> None:
         episode_length = checked_count("episode_length", episode_length)
         self._setup(graph, num_devices, cluster, max_nodes, max_devices, reward_scale, memory_penalty,
-                    initial_placement, param_factor, device_kind, flatten, render_mode, max_edges)
+                    initial_placement, param_factor, device_kind, flatten, render_mode, max_edges, max_units)
         self.episode_length = int(episode_length)
         self.action_space = spaces.MultiDiscrete(np.full(self.task.max_nodes, self.task.max_devices))
         self._steps = 0

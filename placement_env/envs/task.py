@@ -8,6 +8,7 @@ masks handled here only) and of how episodes start.
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 from gymnasium import spaces
@@ -16,6 +17,7 @@ from baselines.memory import PlacementInfeasibleError
 from baselines.placers import PLACERS, feasible_start
 from placement_env.checks import checked_count
 from placement_env.cluster import DEFAULT_KIND, Cluster
+from placement_env.graph.coarsen import coarsen
 from placement_env.graph.model import ComputationGraph
 from placement_env.graph.units import STATIC_FEATURES, UnitGraph, unit_graph
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, checked_param_factor, lb_ratio
@@ -66,6 +68,28 @@ def _resolve_cluster(num_devices: int | None, cluster, device_kind: str) -> Clus
     return Cluster.preset(device_kind, 3 if num_devices is None else num_devices)
 
 
+DEFAULT_MAX_UNITS = 2000  # placement units an episode places; a bigger graph is coarsened (fit_units)
+
+
+class CoarsenedGraphWarning(UserWarning):
+    """A graph had more placement units than ``max_units`` and is placed coarsened."""
+
+
+def fit_units(graph: ComputationGraph, max_units: int | None) -> ComputationGraph:
+    """``graph``, or, when it has more than ``max_units`` placement units, ``graph`` coarsened to at most that many
+    (:func:`placement_env.coarsen`, same ops and name) with a :class:`CoarsenedGraphWarning` saying so.
+
+    The encoders' memory and time grow with the units (attention and spectral maps with their square), so an
+    unbounded graph would exhaust memory; ``max_units=None`` keeps every unit."""
+    if max_units is None or graph.num_units <= checked_count("max_units", max_units):
+        return graph
+    coarse = coarsen(graph, max_units, name=graph.name)
+    warnings.warn(CoarsenedGraphWarning(
+        f"graph {graph.name!r} has {graph.num_units} placement units, more than max_units={max_units}: it is placed "
+        f"coarsened to {coarse.num_units} units (same ops; max_units=None keeps every unit)"), stacklevel=3)
+    return coarse
+
+
 class PlacementTask:
     """Graphs to place on a cluster, with fixed-size padded observations.
 
@@ -79,13 +103,16 @@ class PlacementTask:
         param_factor: static bytes per parameter byte in the simulator.
         flatten: store ``embedding`` and ``edge_index`` row-major as 1-D arrays (the default,
             which stable-baselines3 expects of a ``Box``) instead of as matrices.
+        max_units: a graph with more placement units is coarsened to this many (:func:`fit_units`; default
+            2,000; None: never).
     """
 
     def __init__(self, graph="default", num_devices: int | None = None, cluster=None, max_nodes: int | None = None,
                  max_devices: int | None = None, param_factor: float = DEFAULT_PARAM_FACTOR,
-                 device_kind: str = DEFAULT_KIND, flatten: bool = True, max_edges: int | None = None) -> None:
+                 device_kind: str = DEFAULT_KIND, flatten: bool = True, max_edges: int | None = None,
+                 max_units: int | None = DEFAULT_MAX_UNITS) -> None:
         self.flatten = bool(flatten)
-        self.graphs = resolve_graphs(graph)
+        self.graphs = [fit_units(g, max_units) for g in resolve_graphs(graph)]
         self.units: list[UnitGraph] = [unit_graph(g) for g in self.graphs]
         self.cluster = _resolve_cluster(num_devices, cluster, device_kind)
         self.param_factor = checked_param_factor(param_factor)

@@ -12,6 +12,10 @@ edges (edges between two non-backward ops; all edges of a forward graph):
 2. cheapest first: along an edge ``a -> b`` whose endpoints have the smallest
    total cost, when ``a`` is ``b``'s only predecessor or ``b`` is ``a``'s only
    successor (no other path from a to b can exist then);
+
+   neither makes a unit cost more than twice the average cost per unit of the
+   result (on a long chain, rule 1 alone would otherwise fold most of the chain
+   into one unit, too big for any device's memory);
 3. if units remain above ``max_units``: a topological order of the units cut
    into ``max_units`` contiguous runs of about equal cost (a contiguous run of
    a topological order is convex, so this cannot create a cycle either).
@@ -85,6 +89,7 @@ def coarsen(graph: ComputationGraph, max_units: int, name: str | None = None) ->
     checked_instance("graph", graph, ComputationGraph)
     checked_count("max_units", max_units)
     units = _Units(graph)
+    cap = 2.0 * sum(units.cost) / max_units  # no merge makes a unit costlier than twice the average of the result
     if units.count > max_units:
         # 1. single successor with a single predecessor (HSDAG)
         changed = True
@@ -94,7 +99,7 @@ def coarsen(graph: ComputationGraph, max_units: int, name: str | None = None) ->
                 if units.parent[u] != u or len(units.succ[u]) != 1:
                     continue
                 (w,) = units.succ[u]
-                if units.pred[w] == {u}:
+                if units.pred[w] == {u} and units.cost[u] + units.cost[w] <= cap:
                     units.merge(u, w)
                     changed = True
                     if units.count <= max_units:
@@ -109,6 +114,8 @@ def coarsen(graph: ComputationGraph, max_units: int, name: str | None = None) ->
             if total != units.cost[a] + units.cost[b]:
                 heapq.heappush(heap, (units.cost[a] + units.cost[b], a, b))
                 continue
+            if total > cap:  # the heap is ordered by cost: every later pair is over the cap too
+                break
             if units.pred[b] == {a} or units.succ[a] == {b}:
                 keep = units.merge(a, b)
                 for s in units.succ[keep]:
