@@ -168,3 +168,41 @@ def test_inputs_the_module_cannot_run_on_are_one_error_and_no_log(capfd, profile
         from_torch(mlp, "x")
     with pytest.raises(ValueError, match="repeats must be an integer >= 1, got 0"):
         from_torch(mlp, torch.randn(2, 4), profile=True, repeats=0)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_a_multi_layer_rnn_imports_one_op_per_layer_with_the_same_outputs(kind):
+    from placement_env.importers.pytorch import LayerwiseRNN, layerwise_recurrent
+
+    torch.manual_seed(0)
+    rnn = getattr(torch.nn, kind)(16, 32, num_layers=4, bidirectional=True)
+    x = torch.randn(5, 2, 16)
+    ours, theirs = LayerwiseRNN(rnn)(x), rnn(x)
+    torch.testing.assert_close(ours[0], theirs[0])
+    torch.testing.assert_close(ours[1][0] if kind == "LSTM" else ours[1], theirs[1][0] if kind == "LSTM" else theirs[1])
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), rnn)
+    assert layerwise_recurrent(model) is not model and isinstance(model[1], type(rnn))  # the user's model is intact
+    graph = from_torch(model, torch.randn(5, 2, 16))
+    layers = [n for n in graph.nodes if n.op == kind.lower() and n.phase == "forward"]
+    assert len(layers) == 4 and len({graph.unit_of[graph.index_of(n.id)] for n in layers}) == 4
+    single = from_torch(model, torch.randn(5, 2, 16), split_recurrent=False)
+    assert sum(n.op == kind.lower() and n.phase == "forward" for n in single.nodes) == 1
+
+
+def test_a_4_layer_lstm_goes_one_layer_per_device():
+    """GNMT's model parallelism: split places the 4 layers of a 4-layer LSTM on 4 devices when one device holds one
+    layer's parameters only; the simulator runs it."""
+    from baselines import place
+    from placement_env import Cluster, simulate
+
+    torch.manual_seed(0)
+    model = torch.nn.LSTM(256, 1024, num_layers=4)
+    graph = from_torch(model, torch.randn(8, 4, 256))
+    layers = [graph.unit_of[graph.index_of(n.id)] for n in graph.nodes if n.op == "lstm" and n.phase == "forward"]
+    assert len(layers) == 4
+    static = float((graph.param_bytes * 4).sum())
+    cluster = Cluster.preset("p100", 4).with_memory(static * 0.3)  # about one layer's parameters, x 4, each
+    placement = place("split", graph, cluster)
+    unit_device = graph.unit_placement(placement)
+    assert sorted(unit_device[layers].tolist()) == [0, 1, 2, 3]
+    assert not simulate(graph, placement, cluster).oom
