@@ -196,8 +196,8 @@ def test_a_4_layer_lstm_goes_one_layer_per_device():
     from placement_env import Cluster, simulate
 
     torch.manual_seed(0)
-    model = torch.nn.LSTM(256, 1024, num_layers=4)
-    graph = from_torch(model, torch.randn(8, 4, 256))
+    model = torch.nn.LSTM(64, 256, num_layers=4)
+    graph = from_torch(model, torch.randn(8, 4, 64))
     layers = [graph.unit_of[graph.index_of(n.id)] for n in graph.nodes if n.op == "lstm" and n.phase == "forward"]
     assert len(layers) == 4
     static = float((graph.param_bytes * 4).sum())

@@ -281,9 +281,10 @@ def test_an_overrun_of_the_budget_says_why(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("after", [0.4, 2.0])
+@pytest.mark.parametrize("after", [0.4, 1.5])
 def test_ctrl_c_while_starting_is_one_line_and_status_130(graph_file, tmp_path, after):
-    """SIGINT while the arguments are checked and torch loads (0.4 s), and while the agent is built (2 s)."""
+    """SIGINT while the arguments are checked (0.4 s) and while torch loads (1.5 s); during training, see
+    test_ctrl_c_stops_cleanly_and_keeps_the_best_placement."""
     import signal
     import time
 

@@ -40,6 +40,7 @@ import logging
 import operator
 import statistics
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from copy import deepcopy as copy_module
 from dataclasses import dataclass
@@ -307,7 +308,9 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
     if split_recurrent:
         name = name or type(module).__name__
         module = layerwise_recurrent(module)
-    gm, _ = _trace(module, inputs)
+    with warnings.catch_warnings():  # torch.export on RNNs: "_flat_weights ... were assigned during export"
+        warnings.filterwarnings("ignore", message=".*were assigned during export", category=UserWarning)
+        gm, _ = _trace(module, inputs)
     recorder = _Recorder(gm, profile, repeats)
     try:
         with torch.no_grad(), _quiet_torch_logs():  # a failing fake-tensor op logs a traceback of torch's own
