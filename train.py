@@ -59,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/latest", help="output folder (default runs/latest)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint in --out (without one: a new policy, with a notice)")
-    p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
-                   help="progress bar (auto: when the output is a terminal)")
+    p.add_argument("--progress", choices=("auto", "bar", "lines", "off"), default="auto",
+                   help="a bar (in a terminal), a line every 5 s with the best makespan so far, or nothing "
+                        "(default auto: the bar in a terminal, lines otherwise)")
     return p
 
 
@@ -68,7 +69,7 @@ def config_from_args(args: argparse.Namespace):  # -> agents.training.TrainConfi
     from agents.training import TrainConfig, parse_encoder_options
 
     fields = {k: v for k, v in vars(args).items() if k not in ("encoder_option", "progress")}
-    progress = args.progress == "on" or (args.progress == "auto" and sys.stdout.isatty())
+    progress = ("bar" if sys.stderr.isatty() else "lines") if args.progress == "auto" else args.progress
     return TrainConfig(**fields, encoder_options=parse_encoder_options(args.encoder_option), progress=progress)
 
 

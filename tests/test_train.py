@@ -296,3 +296,22 @@ def test_ctrl_c_while_starting_is_one_line_and_status_130(graph_file, tmp_path, 
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err  # "interrupted" (+ a stop notice)
+
+
+def test_progress_lines_keep_coming_and_say_the_best_so_far(capsys):
+    import time
+
+    from agents.training.progress import ProgressReport
+
+    best: list[float] = []
+    report = ProgressReport("lines", 60.0, 1000, lambda: 12.0, lambda: 345,
+                            lambda: best[-1] if best else None, every=0.05)
+    with report:
+        time.sleep(0.12)  # no step comes (as during a long update): lines still do
+        best.append(0.021315)
+        time.sleep(0.12)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) >= 3 and lines[0] == "training: 12 s of 60 s, 345/1000 steps, best none yet"
+    assert lines[-1] == "training: 12 s of 60 s, 345/1000 steps, best 21.315 ms"
+    with pytest.raises(ValueError, match="progress must be one of bar, lines, off"):
+        ProgressReport("on", 1.0, 1, lambda: 0.0, lambda: 0, lambda: None)

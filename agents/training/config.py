@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agents.names import ALGORITHMS, ENCODER_NAMES
+from agents.training.progress import PROGRESS_MODES
 from placement_env import Cluster, ComputationGraph
 from placement_env.checks import checked_finite
 from placement_env.cli import check_output_paths
@@ -54,7 +55,8 @@ class TrainConfig:
     The limits, whichever comes first: ``timesteps`` environment steps, ``episodes`` (REINFORCE), and
     ``budget_seconds`` of training. Episodes last ``episode_length`` steps (the whole-graph environment) and
     start from ``initial_placement``. A graph of more than ``max_units`` placement units is trained on coarsened
-    to that many (a notice says so).
+    to that many (a notice says so). ``progress``: ``"bar"`` (a bar on stderr), ``"lines"`` (a line every 5 s),
+    ``"off"``.
     """
 
     graph: str = "default"
@@ -79,7 +81,7 @@ class TrainConfig:
     max_units: int = DEFAULT_MAX_UNITS
     out: str = "runs/latest"
     resume: bool = False
-    progress: bool = False
+    progress: str = "off"
 
     def __post_init__(self) -> None:
         if self.encoder not in ENCODER_NAMES:
@@ -106,6 +108,8 @@ class TrainConfig:
             raise ValueError(f"--expected-moves must be >= 0, got {self.expected_moves}")
         if not 0 <= checked_finite("--epsilon", self.epsilon) <= 1:
             raise ValueError(f"--epsilon must be in [0, 1], got {self.epsilon}")
+        if self.progress not in PROGRESS_MODES:
+            raise ValueError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got {self.progress!r}")
         object.__setattr__(self, "encoder_options", dict(self.encoder_options))
 
     def encoder_kwargs(self) -> dict[str, Any]:

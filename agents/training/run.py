@@ -30,6 +30,7 @@ from agents.training.clock import SearchClock, StopOnCtrlC, ignore_ctrl_c
 from agents.training.config import TrainConfig
 from agents.training.lock import OutputLock
 from agents.training.outputs import write_outputs
+from agents.training.progress import ProgressReport
 from agents.training.tracker import BestTracker
 from graph_encoders import build_encoder, list_encoders
 from placement_env import Cluster, ComputationGraph
@@ -234,10 +235,12 @@ def _train(config: TrainConfig, graphs: list[ComputationGraph], cluster: Cluster
     stop = StopOnCtrlC()
     track = TrackBest(config, out, tracker, clock, stop)
     cpu_start = time.process_time()
-    with stop:
+    report = ProgressReport(config.progress, config.budget_seconds, config.total_timesteps(), clock.elapsed,
+                            lambda: int(model.num_timesteps), tracker.best_makespan)
+    with stop, report:
         clock.start()
         try:
-            model.learn(total_timesteps=config.total_timesteps(), callback=track, progress_bar=config.progress,
+            model.learn(total_timesteps=config.total_timesteps(), callback=track, progress_bar=False,
                         reset_num_timesteps=not resuming, tb_log_name=config.algo)
         except KeyboardInterrupt:  # a second Ctrl-C
             print("interrupted at once: keeping the best placement found so far", file=sys.stderr)

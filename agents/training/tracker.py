@@ -34,6 +34,10 @@ class BestTracker:
         if not self.curve or self.curve[-1][1] != level or steps - self.curve[-1][0] >= 64:
             self.curve.append((steps, level))
 
+    def best_makespan(self) -> float | None:
+        """The best makespan so far (seconds; the mean over graphs for a suite), None before any."""
+        return self.curve[-1][1] if self.curve else None
+
     def state(self) -> dict[str, Any]:
         """Plain data for ``tracker.json``."""
         return {"best": {name: [list(key), placement] for name, (key, placement) in self.best.items()},
