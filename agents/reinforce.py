@@ -81,6 +81,7 @@ class PlacementNetwork(nn.Module):
         super().__init__()
         self.observation_space = observation_space
         self.max_nodes, in_dim, self.max_devices = observation_sizes(observation_space)
+        self.encoder_name, self.encoder_kwargs, self.head_hidden = encoder, dict(encoder_kwargs or {}), head_hidden
         self.encoder = build_encoder(encoder, in_dim, **(encoder_kwargs or {}))
         self.head = NodeDeviceHead(self.encoder.out_dim, self.max_devices, head_hidden, expected_moves)
         last = cast(nn.Linear, self.head.mlp[-1])  # start near the uniform policy: every device equally likely

@@ -1,0 +1,215 @@
+"""Policy-guided search: the learned placer's loop on one graph (expert iteration at the speed of the simulator).
+
+Read top to bottom. :class:`PlacementProblem` is one graph on one cluster as the policy sees it (the observation
+of the start placement, a device per unit) and as the simulator judges it (a batch of unit placements in one
+``simulate_batch`` call). :func:`guided_search` runs rounds until its budget is spent; each round
+
+1. **proposes**: one forward pass of the policy gives per-unit device probabilities; ``samples`` placements are
+   drawn from them (mixed with ``epsilon`` of uniform noise) and judged in one batch;
+2. **improves**: :func:`baselines.anneal.anneal_units` (the classical annealing, same moves and temperatures)
+   runs for ``search_seconds`` from the best placement of the round's proposals and the elite archive's best
+   (the *expert* step);
+3. **learns** (when an optimizer is given): the policy takes ``updates`` Adam steps of cross-entropy towards the
+   ``elite`` best distinct placements found so far (the *imitation* step), each in canonical device labels
+   (:func:`canonical_labels`), so that the next round's proposals start in the basins that search found best.
+
+So the policy is both a learned start distribution for the annealing (a kick in iterated local search whose
+shape is learned) and the thing that carries what was learned to other graphs (:mod:`agents.pretrain`).
+Placements out of memory rank after every placement within memory (least overflow first).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from baselines.anneal import AnnealSettings, anneal_units
+from baselines.memory import overflow_bytes
+from placement_env.cluster import Cluster
+from placement_env.envs.task import PlacementTask
+from placement_env.graph.model import ComputationGraph
+from placement_env.sim.simulator import Simulator
+
+from .reinforce import PlacementNetwork
+
+
+def homogeneous(cluster: Cluster) -> bool:
+    """Whether every device of ``cluster`` has the same speed and memory and every link the same bandwidth and
+    latency: then device labels are interchangeable and placements are compared in :func:`canonical_labels`."""
+    m = cluster.num_devices
+    off = ~np.eye(m, dtype=bool)
+    return bool(np.ptp(cluster.speed) == 0 and np.ptp(cluster.memory) == 0
+                and (m < 2 or (np.ptp(cluster.bandwidth[off]) == 0 and np.ptp(cluster.latency[off]) == 0)))
+
+
+def canonical_labels(rows: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Relabel the devices of each row of ``rows`` (B x units) in order of first use along ``order`` (units in
+    topological order): the first unit's device becomes 0, the next new device 1, and so on. Two placements that
+    differ only by a permutation of identical devices get the same labels."""
+    rows = np.atleast_2d(rows)
+    out = np.empty_like(rows)
+    for b, row in enumerate(rows):
+        _, first = np.unique(row[order], return_index=True)
+        used = row[order][np.sort(first)]
+        mapping = np.empty(int(row.max()) + 1, np.int64)
+        mapping[used] = np.arange(used.size)
+        out[b] = mapping[row]
+    return out
+
+
+class PlacementProblem:
+    """One graph on one cluster: the policy's observation and the simulator's judgement, in placement units.
+
+    Args:
+        graph: the graph (already coarsened to the policy's size, if need be).
+        cluster: its devices.
+        max_devices: the policy's device padding (at least the cluster's device count).
+        start_units: the placement the observation shows (a device per unit; default everything on device 0).
+    """
+
+    def __init__(self, graph: ComputationGraph, cluster: Cluster, max_devices: int,
+                 start_units: np.ndarray | None = None) -> None:
+        self.graph, self.cluster = graph, cluster
+        self.task = PlacementTask(graph, cluster=cluster, max_devices=max_devices, flatten=False, max_units=None)
+        self.units = self.task.units[0]
+        self.num_units, self.num_devices = self.units.num_units, cluster.num_devices
+        self.simulator = Simulator(graph, cluster)
+        start = np.zeros(self.num_units, np.int64) if start_units is None else np.asarray(start_units, np.int64)
+        self.start_units = start
+        obs = self.task.observation(0, start, np.zeros(self.num_units, np.int8))
+        self.observation = {k: torch.as_tensor(v).unsqueeze(0) for k, v in obs.items()}
+        self.canonical = homogeneous(cluster)
+
+    def judge(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(makespan s, overflow bytes)`` of each row of ``rows`` (B x units), in one simulator call."""
+        batch = self.simulator.simulate_batch(np.asarray(rows)[:, self.graph.unit_of], check=False)
+        return batch.makespan, overflow_bytes(batch.peak_memory, self.cluster)
+
+    def labels(self, rows: np.ndarray) -> np.ndarray:
+        """``rows`` in canonical labels on a homogeneous cluster, as they are otherwise. (The simulator breaks ties
+        by device index, so a relabelled placement's makespan can differ slightly: judge placements as found and
+        relabel only what the policy imitates.)"""
+        return canonical_labels(rows, self.units.topological_order) if self.canonical else np.atleast_2d(rows)
+
+    def logits(self, network: PlacementNetwork) -> Tensor:
+        """The policy's (units, devices) logits for this problem (devices beyond the cluster cut off)."""
+        return network(self.observation)[0, :self.num_units, :self.num_devices]
+
+
+@dataclass
+class EliteArchive:
+    """The ``size`` best distinct placements seen, least overflow, then makespan, first."""
+
+    size: int
+    rows: list[np.ndarray] = field(default_factory=list)
+    keys: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, rows: np.ndarray, makespan: np.ndarray, overflow: np.ndarray) -> None:
+        entries = list(zip(self.keys, self.rows))
+        entries += [((float(o), float(mk)), row.copy()) for row, mk, o in zip(rows, makespan, overflow)]
+        entries.sort(key=lambda entry: entry[0])
+        self.keys, self.rows = [], []
+        for key, row in entries:
+            if len(self.rows) == self.size:
+                break
+            if not any(k == key and np.array_equal(r, row) for k, r in zip(self.keys, self.rows)):
+                self.keys.append(key)
+                self.rows.append(row)
+
+    @property
+    def best(self) -> tuple[np.ndarray, float, float]:
+        """``(unit placement, makespan s, overflow bytes)`` of the best placement."""
+        return self.rows[0], self.keys[0][1], self.keys[0][0]
+
+
+@dataclass(frozen=True)
+class GuidedSearchSettings:
+    """The loop's knobs (see the module docstring). ``search_seconds`` is the annealing per round (s)."""
+
+    samples: int = 256
+    epsilon: float = 0.02
+    search_seconds: float = 1.0
+    elite: int = 8
+    updates: int = 2
+    chains: int = 1
+    anneal: AnnealSettings = AnnealSettings()
+
+
+@dataclass
+class GuidedSearchResult:
+    """The best unit placement found, its makespan (s) and overflow (bytes), and the loop's counters."""
+
+    units: np.ndarray
+    makespan: float
+    overflow: float
+    rounds: int
+    evaluations: int
+    seconds: float
+    history: list[tuple[float, float]]  # (seconds since the start, best makespan s) after each round
+
+
+def sample_rows(probs: Tensor, count: int, epsilon: float, generator: torch.Generator) -> np.ndarray:
+    """``count`` unit placements drawn from per-unit device probabilities ``probs`` (units x devices) mixed with
+    ``epsilon`` of the uniform distribution."""
+    mixed = (1.0 - epsilon) * probs + epsilon / probs.shape[1]
+    draws = torch.multinomial(mixed, count, replacement=True, generator=generator)  # (units, count)
+    return draws.T.numpy().astype(np.int64)
+
+
+def imitation_loss(logits: Tensor, targets: np.ndarray) -> Tensor:
+    """Mean over ``targets`` (E x units, device labels) of the summed per-unit cross-entropy, per unit."""
+    log_probs = torch.log_softmax(logits, dim=-1)  # (units, devices)
+    index = torch.as_tensor(targets, dtype=torch.long).T  # (units, E)
+    return -log_probs.gather(1, index).mean()
+
+
+def guided_search(network: PlacementNetwork, problem: PlacementProblem, budget_seconds: float,
+                  settings: GuidedSearchSettings = GuidedSearchSettings(), seed: int = 0,
+                  optimizer: torch.optim.Optimizer | None = None, starts: list[np.ndarray] | None = None,
+                  max_rounds: int | None = None) -> GuidedSearchResult:
+    """Propose, improve, learn (module docstring) on ``problem`` for ``budget_seconds`` of wall-clock time (or
+    ``max_rounds`` rounds). ``starts`` (unit placements) join the archive before the first round. Without an
+    ``optimizer`` the policy is only sampled (it does not learn)."""
+    began = time.perf_counter()
+    generator = torch.Generator().manual_seed(seed)
+    archive = EliteArchive(settings.elite)
+    if starts:
+        rows = np.stack(starts)
+        archive.add(rows, *problem.judge(rows))
+    rounds = evaluations = 0
+    history: list[tuple[float, float]] = []
+    while True:
+        left = budget_seconds - (time.perf_counter() - began)
+        if left <= 0 or (max_rounds is not None and rounds >= max_rounds):
+            break
+        logits = problem.logits(network)
+        rows = sample_rows(torch.softmax(logits.detach(), -1), settings.samples, settings.epsilon, generator)
+        makespan, overflow = problem.judge(rows)
+        evaluations += len(rows)
+        archive.add(rows, makespan, overflow)
+        proposal = rows[int(np.lexsort((makespan, overflow))[0])]
+        for start in [proposal, archive.best[0]][:settings.chains]:
+            seconds = min(settings.search_seconds, max(0.0, budget_seconds - (time.perf_counter() - began)))
+            if seconds <= 0:
+                break
+            refined = anneal_units(problem.graph, problem.cluster, start, seed + rounds, seconds,
+                                   settings=settings.anneal)
+            evaluations += refined.evaluations
+            units = problem.graph.unit_placement(refined.placement)[None, :]
+            archive.add(units, np.array([refined.makespan]), np.array([refined.overflow]))
+        if optimizer is not None:
+            targets = problem.labels(np.stack(archive.rows))
+            for step in range(settings.updates):
+                loss = imitation_loss(logits if step == 0 else problem.logits(network), targets)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        rounds += 1
+        history.append((time.perf_counter() - began, archive.best[1]))
+    units, best_makespan, best_overflow = archive.best
+    return GuidedSearchResult(units, best_makespan, best_overflow, rounds, evaluations,
+                              time.perf_counter() - began, history)

@@ -1,0 +1,180 @@
+"""The learned placer: canonical labels, the elite archive, the guided search, pretraining, agents.place and the
+benchmark (canonical optima, bad input, resumable caches)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import agents
+from agents.benchmark import Cell, format_report, run_benchmark, verdict
+from agents.guided_search import EliteArchive, PlacementProblem, canonical_labels, guided_search, homogeneous
+from agents.place import place
+from agents.policy_file import load_policy, new_network, save_policy
+from agents.pretrain import PretrainConfig, pretrain
+from placement_env import Cluster, load_graph, simulate
+from placement_env.graph.canonical import CANONICAL_CASES, canonical_case
+
+
+def test_canonical_labels_number_devices_in_order_of_first_use():
+    order = np.array([2, 0, 1, 3])  # units in topological order
+    rows = np.array([[1, 2, 0, 2], [2, 0, 1, 0]])
+    # row 0 along the order: unit2->0, unit0->1, unit1->2, unit3->2: devices 0,1,2 first used as 0,1,2 -> labels
+    assert canonical_labels(rows, order).tolist() == [[1, 2, 0, 2], [1, 2, 0, 2]]
+
+
+def test_homogeneous_clusters_are_recognised():
+    assert homogeneous(Cluster.preset("p100", 3))
+    assert not homogeneous(Cluster.heterogeneous(["p100", "k80"]))
+
+
+def test_the_archive_keeps_the_best_distinct_placements_in_order():
+    archive = EliteArchive(2)
+    rows = np.array([[0, 1], [1, 1], [0, 1], [1, 0]])
+    archive.add(rows, np.array([3.0, 2.0, 3.0, 1.0]), np.array([0.0, 0.0, 0.0, 5.0]))
+    assert [r.tolist() for r in archive.rows] == [[1, 1], [0, 1]]  # out of memory ranks last; no duplicates
+    assert archive.best[1] == 2.0
+
+
+def test_the_guided_search_is_never_worse_than_its_starts_and_learns():
+    g, c = load_graph("synthetic/1"), Cluster.preset("p100", 3)
+    network = new_network(max_devices=4)
+    problem = PlacementProblem(g, c, 4)
+    start = g.unit_placement(agents.place.classical_starts(g, c, 0)[0])
+    before = [p.detach().clone() for p in network.parameters()]
+    import torch
+
+    result = guided_search(network, problem, 30.0, seed=0, optimizer=torch.optim.Adam(network.parameters()),
+                           starts=[start], max_rounds=2)
+    assert result.rounds == 2 and result.makespan <= problem.judge(start[None, :])[0][0]
+    assert result.makespan == pytest.approx(simulate(g, result.units[g.unit_of], c).makespan)
+    assert any(not torch.equal(a, b) for a, b in zip(before, network.parameters()))
+
+
+@pytest.mark.parametrize("case", CANONICAL_CASES)
+def test_the_learned_placer_reaches_each_canonical_optimum(case):
+    g, c, optimal = canonical_case(case)
+    best = simulate(g, optimal, c).makespan
+    result = place(g, c, new_network(max_devices=4), budget_seconds=2.0)
+    assert result.overflow == 0 and result.makespan <= 1.02 * best
+    assert simulate(g, result.placement, c).makespan == pytest.approx(result.makespan)
+
+
+def test_zero_shot_gives_a_placement_of_every_node_in_a_second_or_two():
+    g, c = load_graph("default"), Cluster.preset("p100", 3)
+    result = agents.place(g, c, new_network(), zero_shot=True)  # type: ignore[operator]  # the module is callable
+    assert result.method == "zero-shot" and result.placement.shape == (g.num_nodes,)
+    assert simulate(g, result.placement, c).makespan == pytest.approx(result.makespan)
+
+
+def test_bad_input_is_refused_naming_it(tmp_path):
+    g = load_graph("default")
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="budget_seconds"):
+            place(g, Cluster.preset("p100", 3), new_network(), budget_seconds=bad)
+    with pytest.raises(ValueError, match="the cluster has 5 devices; this policy places on at most 4"):
+        place(g, Cluster.preset("p100", 5), new_network(max_devices=4), zero_shot=True)
+    other = tmp_path / "reinforce.zip"
+    from agents.checkpoints import save_network
+    from agents.reinforce import ReinforceConfig
+
+    network = new_network()
+    save_network(network, ReinforceConfig(), other, network.observation_space)
+    with pytest.raises(ValueError, match="holds a reinforce model, not a guided-search placement policy"):
+        load_policy(other)
+
+
+def test_a_saved_policy_loads_back_the_same_weights(tmp_path):
+    import torch
+
+    network = new_network(encoder="gcn", max_devices=5)
+    save_policy(network, tmp_path / "p.zip", info={"note": 1})
+    loaded = load_policy(tmp_path / "p.zip")
+    assert loaded.encoder_name == "gcn" and loaded.max_devices == 5 and loaded.info == {"note": 1}
+    assert all(torch.equal(a, b) for a, b in zip(network.state_dict().values(), loaded.state_dict().values()))
+
+
+def test_pretraining_runs_resumes_and_never_uses_held_out_seeds(tmp_path):
+    with pytest.raises(ValueError, match="held out"):
+        PretrainConfig(seeds=101)
+    config = PretrainConfig(suites=("cifar10",), seeds=1, devices=(2,), max_devices=4, expert_seconds=0.1,
+                            improve_seconds=0.1, epochs=1, rounds=1, encoder="gcn")
+    assert config.problems() == [("cifar10/0", 2)]
+    path = pretrain(config, tmp_path, log=lambda line: None)
+    record = json.loads((tmp_path / "pretrain.json").read_text())
+    assert record["stages"]["epochs_done"] == 2 and record["stages"]["improved_round"] == 1
+    assert load_policy(path).max_devices == 4
+    pretrain(config, tmp_path, log=lambda line: None)  # done: resumes to nothing
+    assert json.loads((tmp_path / "pretrain.json").read_text())["stages"]["epochs_done"] == 2
+    with pytest.raises(ValueError, match="other settings"):
+        pretrain(PretrainConfig(suites=("cifar10",), seeds=1, devices=(3,)), tmp_path)
+
+
+def test_the_verdict_is_computed_from_the_numbers():
+    def rec(makespan, overflow=0.0):
+        return {"makespan": makespan, "overflow": overflow, "lower_bound": 1.0, "seconds": 1.0}
+
+    table = {"a": {"heft": rec(4.0), "anneal": rec(2.0), "zero-shot": rec(3.0), "fine-tuned": rec(1.9),
+                   "learned-scratch": rec(2.2)},
+             "b": {"heft": rec(4.0), "anneal": rec(2.0), "zero-shot": rec(5.0), "fine-tuned": rec(2.0, 1.0),
+                   "learned-scratch": rec(2.0)}}
+    v = verdict(table)
+    assert v["fine-tuned"]["at_or_below"] == 1 and v["fine-tuned"]["oom_where_a_classical_placer_fits"] == 1
+    assert v["zero-shot"]["at_or_below"] == 1 and v["zero-shot"]["against"] == "heft"
+    assert v["learned-scratch"]["at_or_below"] == 1 and v["learned-scratch"]["mean_gap"] == pytest.approx(0.05)
+    markdown, table_csv = format_report(table, 5.0, "cmd")
+    assert "**2.000**" in markdown and "OOM" in markdown and "at or below HEFT in 1 of 2 cells" in markdown
+    assert len(table_csv.strip().splitlines()) == 1 + 10
+
+
+def test_the_benchmark_caches_each_run_and_resumes(tmp_path):
+    cells = [Cell("synthetic/1", 2)]
+    markdown, _ = run_benchmark(cells, 0.2, tmp_path, None, ["heft", "anneal"], log=lambda line: None)
+    cached = tmp_path / "runs" / "synthetic-1_2gpu" / "anneal.json"
+    first = json.loads(cached.read_text())
+    run_benchmark(cells, 0.2, tmp_path, None, ["heft", "anneal"], log=lambda line: None)
+    assert json.loads(cached.read_text()) == first  # not run again
+    assert (tmp_path / "benchmark.md").read_text() == markdown and (tmp_path / "benchmark.csv").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget-seconds", "0"], "--budget-seconds must be positive"),
+    (["--budget-seconds", "nan"], "--budget-seconds"),
+    (["--seeds", "7"], "--seeds: 7 is a training seed"),
+    (["--methods", "heft,nope"], "unknown method 'nope'"),
+])
+def test_benchmark_command_errors_are_one_line(args, message, capsys, tmp_path):
+    from agents.benchmark import main
+
+    assert main(args + ["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and message in err[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget-seconds", "0"], "budget_seconds must be positive"),
+    (["--zero-shot", "--budget-seconds", "3"], "--zero-shot takes no --budget-seconds"),
+    (["--policy", "missing.zip"], "--policy: no such file"),
+    (["--graph", "nope"], "nope"),
+])
+def test_place_command_errors_are_one_line(args, message, capsys):
+    from agents.place import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and message in err[0]
+
+
+def test_place_command_writes_the_placement_file(tmp_path):
+    policy = tmp_path / "p.zip"
+    save_policy(new_network(), policy)
+    out = tmp_path / "placement.json"
+    done = subprocess.run([sys.executable, "-m", "agents.place", "--graph", "default", "--devices", "3",
+                           "--policy", str(policy), "--zero-shot", "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    from placement_env.graph.placement_io import read_placement
+
+    g = load_graph("default")
+    assert read_placement(out, g).shape == (g.num_nodes,) and "zero-shot" in done.stdout
