@@ -1,6 +1,7 @@
 """Train a device-placement policy and compare its best placement with the classical placers.
 
-    python train.py                                   # FADP-GT + PPO on the default graph, about a minute
+    python train.py                                   # FADP-GT + the guided search on the default graph, a minute
+    python train.py --algo ppo                                       # FADP-GT + PPO (the paper's RL setting)
     python train.py --encoder gat --algo a2c --graph synthetic/3 --devices 5 --timesteps 20000
     python train.py --algo reinforce --episodes 200 --out runs/rf
     python train.py --algo maskable-ppo --encoder placeto            # Placeto's node-by-node MDP
@@ -10,9 +11,11 @@ A thin command line over :func:`agents.training.train` (see :mod:`agents.trainin
 and what its search time counts). Outputs in ``--out``: ``placement.json`` (the spec's placement format),
 ``results.json``, ``learning_curve.png``, ``gantt.png``, ``checkpoint.zip`` and TensorBoard logs.
 
-``--expected-moves 1`` (the default) adds the head's stay prior (``agents/heads.py``), so an untrained
-policy moves about one unit per step instead of re-drawing every unit uniformly; ``--expected-moves 0`` is
-the spec's head exactly.
+The default algorithm, ``guided`` (:mod:`agents.guided`), has the policy propose many placements per forward
+pass, anneals the best, and trains the policy to imitate the best placements found (docs/learned.md); its
+``--timesteps`` are proposals. For PPO, A2C and REINFORCE, ``--expected-moves 1`` (the default) adds the head's
+stay prior (``agents/heads.py``), so an untrained policy moves about one unit per step instead of re-drawing
+every unit uniformly; ``--expected-moves 0`` is the spec's head exactly.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import argparse
 import os
 import sys
 
-ALGORITHMS = ("ppo", "a2c", "reinforce", "maskable-ppo")
+ALGORITHMS = ("ppo", "a2c", "reinforce", "maskable-ppo", "guided")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = OneLineParser(prog="python train.py", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--encoder", default="fadp-gt", help="a graph encoder name (graph_encoders.list_encoders())")
-    p.add_argument("--algo", default="ppo", help=f"one of {', '.join(ALGORITHMS)}")
+    p.add_argument("--algo", default="guided",
+                   help=f"one of {', '.join(ALGORITHMS)} (default guided: the policy proposes placements, the "
+                        "annealing improves them, the policy imitates the best; see docs/learned.md)")
     p.add_argument("--graph", default="default", help="shipped graph name, suite name, or a graph file")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--devices", type=int, help="identical devices of --device-kind (default 3)")

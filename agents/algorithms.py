@@ -1,5 +1,6 @@
 """Every training algorithm by name, built the same way: stable-baselines3's PPO, A2C and MaskablePPO with the
-placement policies, and the paper's REINFORCE (:class:`~agents.reinforce.Reinforce`).
+placement policies, the paper's REINFORCE (:class:`~agents.reinforce.Reinforce`) and the guided search
+(:class:`~agents.guided.GuidedSearch`).
 
 All share SB3's interface (``learn`` / ``predict`` / ``num_timesteps`` / ``policy.optimizer``), so training,
 checkpoints (:mod:`agents.checkpoints`) and placing graphs have one code path.
@@ -42,6 +43,13 @@ def make_model(algo: str, env: Any, encoder: str = "fadp-gt", encoder_kwargs: di
     algorithm's own settings: SB3's constructor arguments (``learning_rate``, ``n_steps``, ``seed``, ...), or
     the fields of :class:`~agents.reinforce.ReinforceConfig` for ``reinforce``.
     """
+    if algo == "guided":
+        from .guided import GuidedSearch
+
+        if expected_moves is not None:
+            raise ValueError("the guided search's policy has no stay prior; leave expected_moves unset")
+        settings = {k: v for k, v in algo_kwargs.items() if k != "info"}  # info: notes of a pretrained policy
+        return GuidedSearch(env, encoder, dict(encoder_kwargs or {}), tensorboard_log=tensorboard_log, **settings)
     if algo == "reinforce":
         config = ReinforceConfig(encoder=encoder, encoder_kwargs=dict(encoder_kwargs or {}),
                                  expected_moves=expected_moves, **algo_kwargs)

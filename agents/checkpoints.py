@@ -111,7 +111,8 @@ def _tensor_bytes(obj: Any) -> bytes:
 
 def algorithm_name(model: Any) -> str:
     """The :data:`~agents.algorithms.ALGORITHMS` name of a model's class (PPO -> ``ppo``, ...)."""
-    names = {"PPO": "ppo", "A2C": "a2c", "MaskablePPO": "maskable-ppo", "Reinforce": "reinforce"}
+    names = {"PPO": "ppo", "A2C": "a2c", "MaskablePPO": "maskable-ppo", "Reinforce": "reinforce",
+             "GuidedSearch": "guided"}
     for cls in type(model).__mro__:
         if cls.__name__ in names:
             return names[cls.__name__]
@@ -128,9 +129,13 @@ def save_checkpoint(model: Any, path: str | os.PathLike, algo: str | None = None
     encoder settings (by default from ``model.policy_kwargs``, or a REINFORCE agent's config)."""
     algo = algo or algorithm_name(model)
     if algo_kwargs is None:
-        algo_kwargs = config_dict(model.config) if algo == "reinforce" else {}
+        algo_kwargs = config_dict(model.config) if algo == "reinforce" else \
+            model.settings_dict() if algo == "guided" else {}
     if policy is None:
-        if algo == "reinforce":
+        if algo == "guided":
+            policy = {"encoder": model.policy.encoder_name, "encoder_kwargs": model.policy.encoder_kwargs,
+                      "expected_moves": None}
+        elif algo == "reinforce":
             policy = {k: algo_kwargs[k] for k in ("encoder", "encoder_kwargs", "expected_moves")}
         else:
             kw = model.policy_kwargs
@@ -208,6 +213,14 @@ def load_model(path: str | os.PathLike, env: gym.Env | Any, **kwargs: Any) -> An
                          f"{saved.padding}; this environment's differ: {env.observation_space}")
     model = make_model(saved.algo, env, **saved.policy, **saved.algo_kwargs, **kwargs)
     _load_state(model, saved, path)
+    return model
+
+
+def load_as(cls: type, path: str | os.PathLike, env: gym.Env, what: str) -> Any:
+    """:func:`load_model`, refusing a checkpoint of another algorithm than ``cls`` (``what`` names it)."""
+    model = load_model(path, env)
+    if not isinstance(model, cls):
+        raise ValueError(f"{str(path)!r} holds a {type(model).__name__} model, not {what}")
     return model
 
 

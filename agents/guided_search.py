@@ -10,8 +10,9 @@ of the start placement, a device per unit) and as the simulator judges it (a bat
    runs for ``search_seconds`` from the best placement of the round's proposals and the elite archive's best
    (the *expert* step);
 3. **learns** (when an optimizer is given): the policy takes ``updates`` Adam steps of cross-entropy towards the
-   ``elite`` best distinct placements found so far (the *imitation* step), each in canonical device labels
-   (:func:`canonical_labels`), so that the next round's proposals start in the basins that search found best.
+   ``elite`` best distinct placements found so far (the *imitation* step), each relabelled to agree most with
+   the start placement the policy sees (:func:`aligned_labels`), so that the next round's proposals start in the
+   basins that search found best.
 
 So the policy is both a learned start distribution for the annealing (a kick in iterated local search whose
 shape is learned) and the thing that carries what was learned to other graphs (:mod:`agents.pretrain`).
@@ -46,6 +47,26 @@ def homogeneous(cluster: Cluster) -> bool:
                 and (m < 2 or (np.ptp(cluster.bandwidth[off]) == 0 and np.ptp(cluster.latency[off]) == 0)))
 
 
+def aligned_labels(rows: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Relabel the devices of each row of ``rows`` (B x units) by the permutation that makes it agree with
+    ``reference`` (a device per unit) on the most units (an assignment problem on the devices' overlap counts).
+    On a homogeneous cluster a placement's labels are arbitrary; aligned with the placement the policy sees, a
+    placement that keeps most units where they are asks the policy mostly to "stay"."""
+    from scipy.optimize import linear_sum_assignment
+
+    rows = np.atleast_2d(rows)
+    m = int(max(rows.max(), reference.max())) + 1
+    out = np.empty_like(rows)
+    for b, row in enumerate(rows):
+        overlap = np.zeros((m, m), np.int64)
+        np.add.at(overlap, (row, reference), 1)
+        source, target = linear_sum_assignment(-overlap)
+        mapping = np.empty(m, np.int64)
+        mapping[source] = target
+        out[b] = mapping[row]
+    return out
+
+
 def canonical_labels(rows: np.ndarray, order: np.ndarray) -> np.ndarray:
     """Relabel the devices of each row of ``rows`` (B x units) in order of first use along ``order`` (units in
     topological order): the first unit's device becomes 0, the next new device 1, and so on. Two placements that
@@ -78,11 +99,12 @@ class PlacementProblem:
         self.units = self.task.units[0]
         self.num_units, self.num_devices = self.units.num_units, cluster.num_devices
         self.simulator = Simulator(graph, cluster)
+        self.canonical = homogeneous(cluster)
         start = np.zeros(self.num_units, np.int64) if start_units is None else np.asarray(start_units, np.int64)
         self.start_units = start
-        obs = self.task.observation(0, start, np.zeros(self.num_units, np.int8))
+        self.shown = canonical_labels(start, self.units.topological_order)[0] if self.canonical else start
+        obs = self.task.observation(0, self.shown, np.zeros(self.num_units, np.int8))
         self.observation = {k: torch.as_tensor(v).unsqueeze(0) for k, v in obs.items()}
-        self.canonical = homogeneous(cluster)
 
     def judge(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(makespan s, overflow bytes)`` of each row of ``rows`` (B x units), in one simulator call."""
@@ -90,10 +112,11 @@ class PlacementProblem:
         return batch.makespan, overflow_bytes(batch.peak_memory, self.cluster)
 
     def labels(self, rows: np.ndarray) -> np.ndarray:
-        """``rows`` in canonical labels on a homogeneous cluster, as they are otherwise. (The simulator breaks ties
-        by device index, so a relabelled placement's makespan can differ slightly: judge placements as found and
-        relabel only what the policy imitates.)"""
-        return canonical_labels(rows, self.units.topological_order) if self.canonical else np.atleast_2d(rows)
+        """``rows`` as the policy imitates them: on a homogeneous cluster relabelled to agree most with the start
+        placement the observation shows (:func:`aligned_labels`; the start itself in :func:`canonical_labels`),
+        as they are otherwise. (The simulator breaks ties by device index, so a relabelled placement's makespan
+        can differ slightly: judge placements as found and relabel only what the policy imitates.)"""
+        return aligned_labels(rows, self.shown) if self.canonical else np.atleast_2d(rows)
 
     def logits(self, network: PlacementNetwork) -> Tensor:
         """The policy's (units, devices) logits for this problem (devices beyond the cluster cut off)."""
@@ -170,13 +193,14 @@ def imitation_loss(logits: Tensor, targets: np.ndarray) -> Tensor:
 def guided_search(network: PlacementNetwork, problem: PlacementProblem, budget_seconds: float,
                   settings: GuidedSearchSettings = GuidedSearchSettings(), seed: int = 0,
                   optimizer: torch.optim.Optimizer | None = None, starts: list[np.ndarray] | None = None,
-                  max_rounds: int | None = None) -> GuidedSearchResult:
+                  max_rounds: int | None = None, archive: EliteArchive | None = None) -> GuidedSearchResult:
     """Propose, improve, learn (module docstring) on ``problem`` for ``budget_seconds`` of wall-clock time (or
-    ``max_rounds`` rounds). ``starts`` (unit placements) join the archive before the first round. Without an
-    ``optimizer`` the policy is only sampled (it does not learn)."""
+    ``max_rounds`` rounds). ``starts`` (unit placements) join the archive before the first round; ``archive``
+    continues an earlier search's (it is updated in place). Without an ``optimizer`` the policy is only sampled
+    (it does not learn)."""
     began = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
-    archive = EliteArchive(settings.elite)
+    archive = EliteArchive(settings.elite) if archive is None else archive
     if starts:
         rows = np.stack(starts)
         archive.add(rows, *problem.judge(rows))
@@ -213,3 +237,4 @@ def guided_search(network: PlacementNetwork, problem: PlacementProblem, budget_s
     units, best_makespan, best_overflow = archive.best
     return GuidedSearchResult(units, best_makespan, best_overflow, rounds, evaluations,
                               time.perf_counter() - began, history)
+

@@ -4,7 +4,8 @@ Three stages, each resumable from ``--out`` (rerun the same command after an int
 
 1. **Expert placements.** For every training problem (a graph of the suites' seeds ``0 .. seeds-1`` at each
    device count; seeds 100 and up are held out for :mod:`agents.benchmark` and never used), the ``anneal`` placer
-   with ``expert_seconds`` gives a placement; it is stored, in canonical device labels, under ``targets/``.
+   with ``expert_seconds`` gives a placement; it is stored (relabelled to agree most with the start placement the
+   observation shows, :meth:`~agents.guided_search.PlacementProblem.labels`) under ``targets/``.
 2. **Imitation.** The policy (FADP-GT and the per-unit head, :class:`~agents.reinforce.PlacementNetwork`) is
    trained by cross-entropy to propose each problem's stored placement from the observation of everything on
    one device, ``epochs`` passes over the problems in a shuffled order.

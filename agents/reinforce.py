@@ -243,12 +243,9 @@ class Reinforce:
     @classmethod
     def load(cls, path: str | os.PathLike, env: gym.Env) -> Reinforce:
         """The agent saved at ``path``, on ``env`` (which must have the saved observation space)."""
-        from .checkpoints import load_model
+        from .checkpoints import load_as
 
-        model = load_model(path, env)
-        if not isinstance(model, cls):
-            raise ValueError(f"{str(path)!r} holds a {type(model).__name__} model, not a REINFORCE agent")
-        return model
+        return cast(Reinforce, load_as(cls, path, env, "a REINFORCE agent"))
 
 
 def train_reinforce(env: gym.Env, config: ReinforceConfig | None = None,

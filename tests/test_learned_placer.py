@@ -10,12 +10,19 @@ import pytest
 
 import agents
 from agents.benchmark import Cell, format_report, run_benchmark, verdict
-from agents.guided_search import EliteArchive, PlacementProblem, canonical_labels, guided_search, homogeneous
+from agents.guided_search import (
+    EliteArchive,
+    PlacementProblem,
+    aligned_labels,
+    canonical_labels,
+    guided_search,
+    homogeneous,
+)
 from agents.place import place
 from agents.policy_file import load_policy, new_network, save_policy
 from agents.pretrain import PretrainConfig, pretrain
 from placement_env import Cluster, load_graph, simulate
-from placement_env.graph.canonical import CANONICAL_CASES, canonical_case
+from placement_env.sim.canonical import CANONICAL_CASES, canonical_case
 
 
 def test_canonical_labels_number_devices_in_order_of_first_use():
@@ -23,6 +30,14 @@ def test_canonical_labels_number_devices_in_order_of_first_use():
     rows = np.array([[1, 2, 0, 2], [2, 0, 1, 0]])
     # row 0 along the order: unit2->0, unit0->1, unit1->2, unit3->2: devices 0,1,2 first used as 0,1,2 -> labels
     assert canonical_labels(rows, order).tolist() == [[1, 2, 0, 2], [1, 2, 0, 2]]
+
+
+def test_aligned_labels_agree_most_with_the_reference():
+    reference = np.array([0, 0, 1, 1, 2, 2])
+    rows = np.array([[2, 2, 0, 0, 1, 1], [1, 1, 1, 0, 2, 2]])
+    aligned = aligned_labels(rows, reference)
+    assert aligned[0].tolist() == reference.tolist()  # a permutation of the reference: identical once aligned
+    assert (aligned[1] == reference).sum() == 5 and len(set(aligned[1].tolist())) == 3
 
 
 def test_homogeneous_clusters_are_recognised():

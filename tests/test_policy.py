@@ -30,6 +30,7 @@ from agents import (
     train_reinforce,
 )
 from agents.distributions import NodeCategoricalDistribution
+from agents.guided import GuidedSearch
 from graph_encoders import list_encoders
 from placement_env import Cluster, layered_dag, simulate, two_chains
 from placement_env.sim.simulator import check_placement
@@ -183,7 +184,7 @@ def test_every_algorithm_saves_one_format_and_loads_back_with_the_same_policy(tm
     obs, _ = env.reset(seed=0)
     kwargs: dict[str, Any]
     for algo, kwargs in (("ppo", {"n_steps": 8, "batch_size": 8, "n_epochs": 1}), ("a2c", {"n_steps": 4}),
-                         ("reinforce", {"episodes": 2})):
+                         ("reinforce", {"episodes": 2}), ("guided", {"samples": 4, "search_seconds": 0.05})):
         model = make_model(algo, env, encoder="gcn", encoder_kwargs={"hidden_dim": 8}, seed=0, **kwargs)
         model.learn(8)
         save_checkpoint(model, tmp_path / f"{algo}.zip")
@@ -194,7 +195,9 @@ def test_every_algorithm_saves_one_format_and_loads_back_with_the_same_policy(tm
         for name, value in model.policy.state_dict().items():
             torch.testing.assert_close(loaded.policy.state_dict()[name], value, rtol=0, atol=0)
         assert np.array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
-    assert Reinforce.load(tmp_path / "reinforce.zip", env).config == model.config
+    assert Reinforce.load(tmp_path / "reinforce.zip", env).config == make_model(
+        "reinforce", env, encoder="gcn", encoder_kwargs={"hidden_dim": 8}, seed=0, episodes=2).config
+    assert GuidedSearch.load(tmp_path / "guided.zip", env).settings_dict() == model.settings_dict()
     with pytest.raises(ValueError, match="holds a PPO model, not a REINFORCE agent"):
         Reinforce.load(tmp_path / "ppo.zip", env)
     other = gym.make("DevicePlacement-v0", graph=SMALL, episode_length=3, max_nodes=40)

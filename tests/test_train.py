@@ -24,7 +24,9 @@ def graph_file(tmp_path_factory):
 
 
 def run(graph_file, out, *extra):
-    argv = ["--graph", str(graph_file), "--out", str(out), "--progress", "off", "--hidden-dim", "16", *extra]
+    """train.py with PPO (quick with --timesteps) unless ``extra`` names another algorithm."""
+    algo = [] if "--algo" in extra else ["--algo", "ppo"]
+    argv = ["--graph", str(graph_file), "--out", str(out), "--progress", "off", "--hidden-dim", "16", *algo, *extra]
     assert train.main(argv) == 0
     return json.loads((out / "results.json").read_text())
 
@@ -49,7 +51,8 @@ def test_every_encoder_with_ppo(graph_file, tmp_path, encoder):
 
 @pytest.mark.parametrize("algo, extra", [("a2c", ["--timesteps", "16"]),
                                          ("reinforce", ["--episodes", "3", "--epsilon", "0"]),
-                                         ("maskable-ppo", ["--timesteps", "16"])])
+                                         ("maskable-ppo", ["--timesteps", "16"]),
+                                         ("guided", ["--budget-seconds", "1.5"])])
 def test_every_algorithm(graph_file, tmp_path, algo, extra):
     results = run(graph_file, tmp_path, "--algo", algo, "--encoder", "gcn", *extra)
     check_outputs(graph_file, tmp_path, results)

@@ -72,6 +72,11 @@ def check_config(config: TrainConfig) -> tuple[list[ComputationGraph], Cluster]:
     return config.problem(notify=True)
 
 
+def stay_prior(config: TrainConfig) -> float | None:
+    """The head's stay prior for this run: ``expected_moves`` (None when 0); the guided search's policy has none."""
+    return None if config.algo == "guided" else (config.expected_moves or None)
+
+
 def check_resumed_policy(config: TrainConfig, saved: dict[str, Any]) -> None:
     """Resuming continues the saved policy: refuse a config that asks for another one (its results would be
     labelled with the encoder asked for, not the one trained)."""
@@ -79,7 +84,7 @@ def check_resumed_policy(config: TrainConfig, saved: dict[str, Any]) -> None:
             "encoder options": saved["policy"]["encoder_kwargs"] or {},
             "expected moves": float(saved["policy"]["expected_moves"] or 0)}
     asked = {"algorithm": config.algo, "encoder": config.encoder, "encoder options": config.encoder_kwargs(),
-             "expected moves": float(config.expected_moves)}  # 0: no stay prior, saved as None
+             "expected moves": float(stay_prior(config) or 0)}  # 0: no stay prior, saved as None
     for key, value in asked.items():
         if have[key] != value:
             raise ValueError(f"--resume: the checkpoint in {config.out!r} has {key} {have[key]!r}, the command "
@@ -91,6 +96,9 @@ def algo_kwargs(config: TrainConfig) -> dict[str, Any]:
     if config.algo == "reinforce":
         return {"learning_rate": config.learning_rate, "epsilon": config.epsilon, "episodes": config.episodes,
                 "seed": config.seed}
+    if config.algo == "guided":  # a round (two annealing chains) lasts about a sixth of the budget at most
+        return {"learning_rate": config.learning_rate, "seed": config.seed,
+                "search_seconds": min(2.0, max(0.05, config.budget_seconds / 12))}
     if config.algo == "a2c":
         return {"n_steps": 8, "learning_rate": config.learning_rate, "seed": config.seed}
     n_steps = min(128, max(8, config.timesteps // config.n_envs))
@@ -112,7 +120,7 @@ def _make_env(config: TrainConfig) -> Any:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    if config.algo == "reinforce":
+    if config.algo in ("reinforce", "guided"):
         return gym.make(config.env_id(), **config.env_kwargs())
     parallel = config.n_envs > 1
     return make_vec_env(f"placement_env:{config.env_id()}", n_envs=config.n_envs, seed=config.seed,
@@ -192,7 +200,7 @@ class TrackBest(BaseCallback):
 def save(model: Any, config: TrainConfig, out: Path) -> None:
     save_checkpoint(model, out / CHECKPOINT, config.algo, algo_kwargs(config),
                     {"encoder": config.encoder, "encoder_kwargs": config.encoder_kwargs(),
-                     "expected_moves": config.expected_moves or None})
+                     "expected_moves": stay_prior(config)})
 
 
 def train(config: TrainConfig) -> RunResult:
@@ -230,8 +238,10 @@ def _train(config: TrainConfig, graphs: list[ComputationGraph], cluster: Cluster
         model = load_model(checkpoint, env, tensorboard_log=tensorboard)
     else:
         model = make_model(config.algo, env, encoder=config.encoder, encoder_kwargs=config.encoder_kwargs(),
-                           expected_moves=config.expected_moves or None, tensorboard_log=tensorboard,
+                           expected_moves=stay_prior(config), tensorboard_log=tensorboard,
                            **algo_kwargs(config))
+    if config.algo == "guided":  # its rounds' annealing stops when the budget does
+        model.time_left = clock.remaining
     stop = StopOnCtrlC()
     track = TrackBest(config, out, tracker, clock, stop)
     cpu_start = time.process_time()

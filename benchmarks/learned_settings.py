@@ -1,0 +1,83 @@
+"""How the learned placer's two settings were chosen, on validation graphs (neither training nor held-out).
+
+    python benchmarks/learned_settings.py --policy agents/pretrained/policy.zip
+    python benchmarks/learned_settings.py --policy P --budget-seconds 10 --rounds-per-budget 4 12
+
+Validation graphs: seeds 30 and 31 of ptb, cifar10 and nmt (the shipped policy trains on seeds below
+``--seeds`` of :mod:`agents.pretrain`, 48 by default here; the benchmark's held-out seeds are 100-104), at 3, 5
+and 8 devices.
+
+1. Zero-shot temperature: for each temperature, in how many cells the zero-shot placement is at or below HEFT's,
+   and below the start placement the policy sees (the best fast placement).
+2. Fine-tuning rounds: for each ``rounds per budget`` R (each round anneals two chains of budget / R seconds), in
+   how many cells the fine-tuned placement is at or below the ``anneal`` placer's at the same budget (both run
+   one after the other on each cell, so that the machine's load is alike).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+import agents.place as learned
+from agents.policy_file import load_policy
+from baselines.placers import CONSTRUCTIVE, placers_with_budget
+from placement_env import Cluster, load_graph
+from placement_env.sim.simulator import Simulator
+
+VALIDATION = ("cifar10/30", "nmt/30", "ptb/30", "cifar10/31", "nmt/31", "ptb/31")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policy", required=True)
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.5, 0.25])
+    parser.add_argument("--budget-seconds", type=float, default=10.0)
+    parser.add_argument("--rounds-per-budget", type=int, nargs="+", default=[4, 12])
+    parser.add_argument("--fine-tune-graphs", nargs="+", default=["cifar10/30", "nmt/31", "ptb/31"])
+    args = parser.parse_args()
+    network = load_policy(args.policy)
+
+    rows = []
+    for name in VALIDATION:
+        for m in (3, 5, 8):
+            g, c = load_graph(name), Cluster.preset("p100", m)
+            sim = Simulator(g, c)
+            heft = sim.run(CONSTRUCTIVE["heft"](g, c, 0))[0]
+            start = sim.run(g.expand_unit_placement(learned.start_units(g, c, "best-fast")))[0]
+            zero = []
+            for t in args.temperatures:
+                learned.ZERO_SHOT_TEMPERATURE = t
+                zero.append(learned.place(g, c, network, zero_shot=True).makespan)
+            rows.append([heft, start, *zero])
+            print(f"{name} {m} GPUs: heft {heft * 1e3:.3f} ms, start {start * 1e3:.3f}, zero-shot "
+                  + ", ".join(f"T={t:g} {z * 1e3:.3f}" for t, z in zip(args.temperatures, zero)), flush=True)
+    a = np.array(rows)
+    for i, t in enumerate(args.temperatures):
+        print(f"zero-shot T={t:g}: at or below HEFT in {(a[:, 2 + i] <= a[:, 0] * (1 + 1e-9)).sum()} of {len(a)}, "
+              f"below its start in {(a[:, 2 + i] < a[:, 1] * (1 - 1e-9)).sum()}")
+    learned.ZERO_SHOT_TEMPERATURE = 0.25
+
+    rows = []
+    for name in args.fine_tune_graphs:
+        for m in (3, 5, 8):
+            g, c = load_graph(name), Cluster.preset("p100", m)
+            sim = Simulator(g, c)
+            row = [sim.run(placers_with_budget(args.budget_seconds)["anneal"](g, c, 0))[0]]
+            for r in args.rounds_per_budget:
+                learned.ROUNDS_PER_BUDGET = r
+                row.append(learned.place(g, c, network, args.budget_seconds).makespan)
+            rows.append(row)
+            print(f"{name} {m} GPUs: anneal {row[0] * 1e3:.3f} ms, fine-tuned "
+                  + ", ".join(f"R={r} {x * 1e3:.3f}" for r, x in zip(args.rounds_per_budget, row[1:])), flush=True)
+    a = np.array(rows)
+    for i, r in enumerate(args.rounds_per_budget):
+        print(f"fine-tuned R={r}: at or below anneal in {(a[:, 1 + i] <= a[:, 0] * (1 + 1e-9)).sum()} of {len(a)}, "
+              f"mean ratio {np.mean(a[:, 1 + i] / a[:, 0]):.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
