@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 
-from placement_env.checks import checked_count, checked_finite
+from placement_env.checks import checked_option
 
 from .base import GraphEncoder
 from .batch import GraphBatch
@@ -35,18 +35,18 @@ def list_encoders() -> list[str]:
     return list(ENCODERS)
 
 
-_SMALLEST = {"dense_limit": 0}  # integer options are sizes and counts: >= 1 unless listed here
+SMALLEST = {"dense_limit": 0}  # integer options are sizes and counts: >= 1 unless listed here (agents/names.py too)
 
 
-def _check_option(encoder: str, key: str, value: object, annotation: object) -> None:
-    """Refuse an option value of the wrong kind (by the constructor's annotation), naming the option."""
-    kind = getattr(annotation, "__name__", annotation)  # annotations are strings under postponed evaluation
-    if kind == "bool" and not isinstance(value, bool):
-        raise ValueError(f"encoder {encoder!r}: option {key!r} must be true or false, got {value!r}")
-    if kind == "int":
-        checked_count(f"encoder {encoder!r}: option {key!r}", value, _SMALLEST.get(key, 1))
-    if kind == "float":
-        checked_finite(f"encoder {encoder!r}: option {key!r}", value)
+def encoder_options(name: str) -> dict[str, str]:
+    """The options of encoder ``name`` and their kinds (``"int"``, ``"float"``, ``"bool"``), from its constructor."""
+    parameters = inspect.signature(ENCODERS[name].__init__).parameters
+    return {key: str(getattr(p.annotation, "__name__", p.annotation))  # strings under postponed evaluation
+            for key, p in parameters.items() if key not in ("self", "in_dim")}
+
+
+def _check_option(encoder: str, key: str, value: object, kind: str) -> None:
+    checked_option(f"encoder {encoder!r}", key, value, kind, SMALLEST.get(key, 1))
 
 
 def build_encoder(name: str, in_dim: int, **kwargs) -> GraphEncoder:
@@ -54,14 +54,13 @@ def build_encoder(name: str, in_dim: int, **kwargs) -> GraphEncoder:
     encoder's constructor (name, and kind by its annotation) before it is built."""
     if name not in ENCODERS:
         raise ValueError(f"unknown encoder {name!r}; known: {', '.join(ENCODERS)}")
-    parameters = inspect.signature(ENCODERS[name].__init__).parameters
-    accepted = [p for p in parameters if p not in ("self", "in_dim")]
+    accepted = encoder_options(name)
     unknown = [k for k in kwargs if k not in accepted]
     if unknown:
         raise ValueError(f"encoder {name!r} has no option {unknown[0]!r}; its options: {', '.join(accepted)}")
     _check_option(name, "in_dim", in_dim, "int")
     for key, value in kwargs.items():
-        _check_option(name, key, value, parameters[key].annotation)
+        _check_option(name, key, value, accepted[key])
     return ENCODERS[name](in_dim, **kwargs)
 
 

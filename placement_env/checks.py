@@ -46,3 +46,14 @@ def checked_instance(name: str, value: object, kind: type[T]) -> T:
 def first_line(error: BaseException) -> str:
     """The first line of ``error``'s message (torch's run to pages), or its type's name if it has none."""
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def checked_option(where: str, key: str, value: object, kind: str, smallest: int = 1) -> None:
+    """Refuse an option value that is not of ``kind`` (``"bool"``, ``"int"``: an integer >= ``smallest``,
+    ``"float"``: finite), naming ``where`` and the option ``key``."""
+    if kind == "bool" and not isinstance(value, bool):
+        raise ValueError(f"{where}: option {key!r} must be true or false, got {value!r}")
+    if kind == "int":
+        checked_count(f"{where}: option {key!r}", value, smallest)
+    if kind == "float":
+        checked_finite(f"{where}: option {key!r}", value)

@@ -219,6 +219,9 @@ def test_chunked_modulated_attention_equals_the_autograd_formula(shared_maps, mo
 
 
 def test_the_names_checked_before_torch_loads_are_the_registry_s():
-    from agents.names import ENCODER_NAMES
+    import graph_encoders
+    from agents.names import ENCODER_NAMES, ENCODER_OPTION_SMALLEST, ENCODER_OPTIONS
 
     assert list(ENCODER_NAMES) == list_encoders()
+    assert ENCODER_OPTIONS == {name: graph_encoders.encoder_options(name) for name in list_encoders()}
+    assert ENCODER_OPTION_SMALLEST == graph_encoders.SMALLEST

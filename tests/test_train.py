@@ -125,6 +125,7 @@ def test_resuming_reinforce_with_another_encoder_is_refused(graph_file, tmp_path
     (["--timesteps", "ten"], "invalid int value"),
     (["--encoder-option", "use_low"], "must be KEY=VALUE"),
     (["--encoder", "gcn", "--encoder-option", "use_low=false"], "encoder 'gcn' has no option 'use_low'"),
+    (["--encoder-option", "use_low=3"], "encoder 'fadp-gt': option 'use_low' must be true or false, got 3"),
     (["--initial-placement", "best"], "unknown --initial-placement 'best'; use one of single, random"),
     (["--expected-moves", "-1"], "--expected-moves must be >= 0"),
     (["--epsilon", "1.5"], "--epsilon must be in [0, 1]"),
@@ -140,6 +141,14 @@ def test_bad_arguments_end_with_one_line_and_exit_2(tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and message in err and "\n" not in err
     assert not (tmp_path / "results.json").exists()
+
+
+def test_bad_encoder_options_are_reported_before_torch_loads(tmp_path):
+    code = ("import sys, train; status = train.run(['--out', sys.argv[1], '--encoder-option', 'heads=0']); "
+            "print(status, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.stdout.split() == ["2", "False"] and "option 'heads'" in out.stderr
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agents.names import ALGORITHMS, ENCODER_NAMES
+from agents.names import ALGORITHMS, ENCODER_NAMES, check_encoder_options
 from agents.training.progress import PROGRESS_MODES
 from placement_env import Cluster, ComputationGraph
 from placement_env.checks import checked_finite
@@ -111,6 +111,7 @@ class TrainConfig:
         if self.progress not in PROGRESS_MODES:
             raise ValueError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got {self.progress!r}")
         object.__setattr__(self, "encoder_options", dict(self.encoder_options))
+        check_encoder_options(self.encoder, self.encoder_kwargs())  # before torch loads
 
     def encoder_kwargs(self) -> dict[str, Any]:
         """The encoder's keyword arguments: ``hidden_dim`` and :attr:`encoder_options`."""
