@@ -108,6 +108,8 @@ def repair_memory(graph: ComputationGraph, cluster: Cluster, placement, candidat
 
 
 EXHAUSTIVE = 20_000  # at most this many unit placements: the last resort tries them all
+SEARCH_FOR_FIT_SECONDS = 5.0  # the last resort's random search stops after this long (a 40,000-op chain that fits
+#                               nowhere took 19 s per placer without it, a 100,000-op one minutes)
 
 
 def search_for_fit(graph: ComputationGraph, cluster: Cluster, seed: int = 0,
@@ -116,7 +118,8 @@ def search_for_fit(graph: ComputationGraph, cluster: Cluster, seed: int = 0,
 
     With at most :data:`EXHAUSTIVE` unit placements it simulates every one (so None means none exists) and returns
     the fastest that fits. Otherwise it runs :func:`~baselines.local_search.refine` (random moves and swaps, least
-    overflow first) from :func:`~baselines.split.split`'s placement for up to 300 rounds.
+    overflow first) from :func:`~baselines.split.split`'s placement for up to 300 rounds or
+    :data:`SEARCH_FOR_FIT_SECONDS`, whichever ends first.
     """
     m, nu = cluster.num_devices, graph.num_units
     simulator = Simulator(graph, cluster, param_factor)
@@ -127,7 +130,8 @@ def search_for_fit(graph: ComputationGraph, cluster: Cluster, seed: int = 0,
         if fits.size == 0:
             return None
         return graph.expand_unit_placement(rows[fits[np.argmin(batch.makespan[fits])]])
-    result = refine(graph, cluster, split(graph, cluster, seed), seed=seed, max_rounds=300, patience=300)
+    result = refine(graph, cluster, split(graph, cluster, seed), seed=seed, max_rounds=300, patience=300,
+                    time_budget=SEARCH_FOR_FIT_SECONDS)
     return result.placement if result.overflow == 0.0 else None
 
 
