@@ -205,16 +205,19 @@ def guided_search(network: PlacementNetwork, problem: PlacementProblem, budget_s
         rows = np.stack(starts)
         archive.add(rows, *problem.judge(rows))
     rounds = evaluations = 0
+    proposing = 0.0  # how long the last round's forward pass, sampling and judging took (s)
     history: list[tuple[float, float]] = []
     while True:
         left = budget_seconds - (time.perf_counter() - began)
-        if left <= 0 or (max_rounds is not None and rounds >= max_rounds):
-            break
+        if left <= proposing or (max_rounds is not None and rounds >= max_rounds):
+            break  # no round whose proposals alone would overrun the budget
+        proposed = time.perf_counter()
         logits = problem.logits(network)
         rows = sample_rows(torch.softmax(logits.detach(), -1), settings.samples, settings.epsilon, generator)
         makespan, overflow = problem.judge(rows)
         evaluations += len(rows)
         archive.add(rows, makespan, overflow)
+        proposing = time.perf_counter() - proposed
         proposal = rows[int(np.lexsort((makespan, overflow))[0])]
         for start in [proposal, archive.best[0]][:settings.chains]:
             seconds = min(settings.search_seconds, max(0.0, budget_seconds - (time.perf_counter() - began)))
@@ -225,7 +228,7 @@ def guided_search(network: PlacementNetwork, problem: PlacementProblem, budget_s
             evaluations += refined.evaluations
             units = problem.graph.unit_placement(refined.placement)[None, :]
             archive.add(units, np.array([refined.makespan]), np.array([refined.overflow]))
-        if optimizer is not None:
+        if optimizer is not None and time.perf_counter() - began < budget_seconds:  # no update past the budget
             targets = problem.labels(np.stack(archive.rows))
             for step in range(settings.updates):
                 loss = imitation_loss(logits if step == 0 else problem.logits(network), targets)

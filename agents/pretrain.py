@@ -43,12 +43,12 @@ class PretrainConfig:
     """Pretraining settings (seconds for times). Frozen and checked when built."""
 
     suites: tuple[str, ...] = TRAINING_SUITES
-    seeds: int = 24
+    seeds: int = 48
     devices: tuple[int, ...] = (3, 5, 8)
     max_devices: int = 8
     expert_seconds: float = 1.5
     improve_seconds: float = 1.0
-    epochs: int = 30
+    epochs: int = 12
     rounds: int = 1
     learning_rate: float = 1e-3
     encoder: str = "fadp-gt"
@@ -94,6 +94,17 @@ def peak_memory_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
+def cpu_model() -> str:
+    """The CPU's model name (from ``/proc/cpuinfo`` where there is one)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def pretrain(config: PretrainConfig, out: str | os.PathLike, log=print) -> Path:
     """Run (or resume) the three stages into ``out``; returns the policy's path."""
     import numpy as np
@@ -122,8 +133,8 @@ def pretrain(config: PretrainConfig, out: str | os.PathLike, log=print) -> Path:
     def save_record() -> None:
         record["seconds"] = seconds_before + time.perf_counter() - began
         record["peak_memory_bytes"] = max(int(record.get("peak_memory_bytes", 0)), peak_memory_bytes())
-        record["machine"] = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                             "cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__}
+        record["machine"] = {"platform": platform.platform(), "processor": cpu_model(), "cpus": os.cpu_count(),
+                             "python": platform.python_version(), "torch": torch.__version__}
         write_text_atomically(record_path, json.dumps(record, indent=1))
 
     torch.manual_seed(config.seed)

@@ -193,3 +193,18 @@ def test_place_command_writes_the_placement_file(tmp_path):
 
     g = load_graph("default")
     assert read_placement(out, g).shape == (g.num_nodes,) and "zero-shot" in done.stdout
+
+
+def test_the_shipped_policy_loads_and_says_how_it_was_made():
+    from agents.policy_file import shipped_policy_path
+
+    path = shipped_policy_path()
+    assert path.stat().st_size <= 10 * 2**20
+    network = load_policy(path)
+    assert network.max_devices == 8 and network.encoder_name == "fadp-gt" and network.info["start"] == "best-fast"
+    record = json.loads(path.with_name("pretrain.json").read_text())
+    assert record["command"].startswith("python -m agents.pretrain") and record["machine"]["cpus"] >= 1
+    assert all(seed < 100 for seed in range(record["config"]["seeds"]))  # never the held-out seeds
+    g, c = load_graph("nmt/2"), Cluster.preset("p100", 5)
+    result = place(g, c, zero_shot=True)  # the shipped policy by default
+    assert result.overflow == 0 and result.placement.shape == (g.num_nodes,)
