@@ -73,11 +73,15 @@ def held_out_cells(seeds: tuple[int, ...] = HELD_OUT_SEEDS, devices: tuple[int, 
 def run_method(method: str, cell: Cell, budget_seconds: float, policy: str | None, seed: int = 0) -> dict:
     """Run one method on one cell; its record: ``makespan`` (s), ``overflow`` (bytes), ``seconds`` (wall-clock),
     ``lower_bound`` (s), or ``error`` when the method found no placement."""
-    import torch  # noqa: F401 - imported before the clock starts: a process pays for it once, not per method
+    # torch and the learned placer are imported before the clock starts: a process pays for them once, not per method
+    import torch  # noqa: F401
 
     from baselines.memory import PlacementInfeasibleError
     from baselines.placers import CONSTRUCTIVE, search_placers
     from placement_env.sim.simulator import Simulator, lower_bound
+
+    from . import place as _place  # noqa: F401
+    from . import policy_file as _policy_file  # noqa: F401
 
     graph, cluster = cell.load()
     simulator = Simulator(graph, cluster)

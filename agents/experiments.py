@@ -463,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graphs", type=int, help="graphs per suite: seeds 0..K-1 (default 1)")
     parser.add_argument("--devices", type=int, nargs="+", help="device counts (default 3 5 8)")
     parser.add_argument("--budget-seconds", type=float, help="search budget per run (default 60)")
-    parser.add_argument("--algo", choices=("ppo", "a2c", "reinforce"), help="training algorithm (default ppo)")
+    parser.add_argument("--algo", choices=("ppo", "a2c", "reinforce", "guided"),
+                        help="training algorithm (default ppo, as RESULTS.md was measured; guided: docs/learned.md)")
     parser.add_argument("--hidden-dim", type=int, help="encoder width (default 64)")
     parser.add_argument("--expected-moves", type=float, help="the head's stay prior (default 1; 0: off)")
     parser.add_argument("--initial-placement", help="where episodes start (default single)")

@@ -3,10 +3,12 @@
 Two ways, both from a policy made by :mod:`agents.pretrain` (the shipped one by default):
 
 * **zero-shot** (``--zero-shot``): one forward pass of the policy, ``samples`` placements drawn from it and judged
-  in one simulator call, the best kept. About a second.
+  in one simulator call, the best kept (when every one is out of memory, the best is repaired as the classical
+  placers' placements are). About a second.
 * **fine-tuned** (the default, ``--budget-seconds``, default 10 s): the guided search
-  (:func:`agents.guided_search.guided_search`) on this graph for the budget: the policy proposes, the annealing
-  improves, the policy learns from the best placements found. The search also starts from the placements of the
+  (:func:`agents.guided_search.guided_search`) on this graph for the budget, in rounds of two annealing chains of a
+  quarter of the budget each: the policy proposes, the annealing improves, the policy learns from the best
+  placements found. The search also starts from the placements of the
   fast classical placers (those the ``anneal`` placer starts from), so it uses all the toolkit knows; the
   benchmark (:mod:`agents.benchmark`) measures what the policy adds to that.
 
@@ -41,10 +43,10 @@ from placement_env.graph.model import ComputationGraph
 
 DEFAULT_BUDGET_SECONDS = 10.0
 DEFAULT_SAMPLES = 512
-# Chosen on validation graphs (seeds 30-31 of the suites: neither training nor held-out), measured in docs/learned.md:
-ZERO_SHOT_TEMPERATURE = 0.25  # sharper than the policy (1.0): at or below HEFT in 14 of 18 cells either way, below
-#                               its own start placement in 8 of 18 (3 at 1.0)
-ROUNDS_PER_BUDGET = 12  # each round anneals two chains of budget/12 s (budget/4: 4 of 9 cells at or below anneal)
+# Chosen on validation graphs (seeds 30-31 of the suites: neither training nor held-out) with the shipped policy,
+# by python benchmarks/learned_settings.py --policy agents/pretrained/policy.zip (numbers in docs/learned.md):
+ZERO_SHOT_TEMPERATURE = 0.25  # sharper than the policy's own (1.0): below its start placement more often
+ROUNDS_PER_BUDGET = 4  # each round anneals two chains of budget/4 s (longer chains than budget/12 did better)
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,21 @@ def _classical_starts(graph: ComputationGraph, cluster: Cluster, seed: int) -> l
     return [graph.unit_placement(placement) for _, _, placement in found]
 
 
+def repaired(problem: Any, units: np.ndarray, makespan: float, overflow: float) -> tuple[np.ndarray, float, float]:
+    """``units`` moved within memory by :func:`baselines.memory_repair.repair_memory` (the classical placers'
+    repair) with its makespan and overflow, or as given when the repair finds nothing."""
+    from baselines.memory import PlacementInfeasibleError
+    from baselines.memory_repair import repair_memory
+
+    try:
+        fixed = problem.graph.unit_placement(repair_memory(problem.graph, problem.cluster,
+                                                           problem.graph.expand_unit_placement(units)))
+    except PlacementInfeasibleError:
+        return units, makespan, overflow
+    mk, over = problem.judge(fixed[None, :])
+    return fixed, float(mk[0]), float(over[0])
+
+
 def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_seconds: float | None = None,
           zero_shot: bool = False, seed: int = 0, samples: int = DEFAULT_SAMPLES,
           use_classical_starts: bool = True, learn: bool = True) -> LearnedPlacement:
@@ -175,6 +192,8 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
     best = int(np.lexsort((makespan, overflow))[0])
     if zero_shot:
         units, mk, over, rounds = rows[best], float(makespan[best]), float(overflow[best]), 0
+        if over > 0:  # every sample is out of memory: repaired as the classical placers' placements are
+            units, mk, over = repaired(problem, units, mk, over)
     else:
         classical = classical_starts(problem.graph, cluster, seed) if use_classical_starts else []
         starts = [rows[best]] + classical
