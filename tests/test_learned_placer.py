@@ -159,11 +159,12 @@ def test_the_benchmark_caches_each_run_and_resumes(tmp_path):
     (["--budget-seconds", "nan"], "--budget-seconds"),
     (["--seeds", "7"], "--seeds: 7 is a training seed"),
     (["--methods", "heft,nope"], "unknown method 'nope'"),
+    (["--out", "README.md"], "'README.md' is a file, not a folder"),
 ])
 def test_benchmark_command_errors_are_one_line(args, message, capsys, tmp_path):
     from agents.benchmark import main
 
-    assert main(args + ["--out", str(tmp_path)]) == 2
+    assert main(["--out", str(tmp_path)] + args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and message in err[0]
 
@@ -173,6 +174,7 @@ def test_benchmark_command_errors_are_one_line(args, message, capsys, tmp_path):
     (["--zero-shot", "--budget-seconds", "3"], "--zero-shot takes no --budget-seconds"),
     (["--policy", "missing.zip"], "--policy: no such file"),
     (["--graph", "nope"], "nope"),
+    (["--zero-shot", "--out", "no/such/folder/p.json"], "folder 'no/such/folder' does not exist"),
 ])
 def test_place_command_errors_are_one_line(args, message, capsys):
     from agents.place import main

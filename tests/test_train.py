@@ -327,3 +327,17 @@ def test_progress_lines_keep_coming_and_say_the_best_so_far(capsys):
     assert lines[-1] == "training: 12 s of 60 s, 345/1000 steps, best 21.315 ms"
     with pytest.raises(ValueError, match="progress must be one of bar, lines, off"):
         ProgressReport("on", 1.0, 1, lambda: 0.0, lambda: 0, lambda: None)
+
+
+def test_a_big_graph_is_coarsened_with_a_notice_and_a_memory_estimate(tmp_path, capsys):
+    from agents.training import TrainConfig
+    from agents.training.config import estimated_peak_bytes
+
+    path = tmp_path / "big.json.gz"
+    write_graph(layered_dag(1, num_ops=5_000, name="big"), path)
+    graphs, _ = TrainConfig(graph=str(path), max_units=300, out=str(tmp_path / "out")).problem(notify=True)
+    err = capsys.readouterr().err
+    assert graphs[0].num_units <= 300 and "training places it coarsened to" in err
+    gib = estimated_peak_bytes(5_000, graphs[0].num_units) / 2**30
+    assert f"expect a peak memory of about {gib:.1f} GiB" in err
+    assert estimated_peak_bytes(0, 1000) == 0.5 * 2**30 + 130e6  # hand-computed: the base and the units' term

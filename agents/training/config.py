@@ -23,6 +23,17 @@ from placement_env.envs.task import (
     resolve_graphs,
 )
 
+BIG_GRAPH_OPS, BIG_GRAPH_UNITS = 5_000, 1_000  # from these sizes on, train.py prints its memory estimate
+
+
+def estimated_peak_bytes(ops: int, units: int) -> float:
+    """A rough estimate of ``train.py``'s peak memory (bytes) for a graph of ``ops`` ops placed as ``units`` units:
+    0.5 GiB (the interpreter, torch and the libraries) + 3 KiB per op (the graph, its simulator and the compared
+    placers) + 130 bytes per unit squared (the encoder's dense per-graph matrices and attention). Fitted to
+    ``python benchmarks/big_graphs.py --sizes 1000 20000 100000 --budget-seconds 30`` (0.57, 1.06 and 1.33 GiB for
+    500, 2,000 and 2,000 units; AMD EPYC, the guided search): a guide, not a bound."""
+    return 0.5 * 2**30 + 3 * 2**10 * ops + 130.0 * units**2
+
 
 def parse_encoder_options(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """``["use_low=false", "num_layers=3"]`` as keyword arguments (values read as JSON: numbers, true/false,
@@ -160,6 +171,10 @@ class TrainConfig:
                 print(f"notice: graph {graph.name!r} has {graph.num_units} placement units, more than --max-units "
                       f"{self.max_units}: training places it coarsened to {fitted.num_units} units (same ops; the "
                       f"encoders' memory grows with the square of the units)", file=sys.stderr)
+            if notify and (graph.num_nodes >= BIG_GRAPH_OPS or fitted.num_units >= BIG_GRAPH_UNITS):
+                gib = estimated_peak_bytes(graph.num_nodes, fitted.num_units) / 2**30
+                print(f"notice: graph {graph.name!r} ({graph.num_nodes:,} ops, {fitted.num_units:,} units placed): "
+                      f"expect a peak memory of about {gib:.1f} GiB", file=sys.stderr)
             graphs.append(fitted)
         cluster = Cluster.from_json(self.cluster) if self.cluster else \
             Cluster.preset(self.device_kind, 3 if self.devices is None else self.devices)
