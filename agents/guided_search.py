@@ -8,7 +8,9 @@ of the start placement, a device per unit) and as the simulator judges it (a bat
    drawn from them (mixed with ``epsilon`` of uniform noise) and judged in one batch;
 2. **improves**: :func:`baselines.anneal.anneal_units` (the classical annealing, same moves and temperatures)
    runs for ``search_seconds`` from the best placement of the round's proposals and the elite archive's best
-   (the *expert* step);
+   (the *expert* step). With ``incumbent_share`` set (and a finite budget), the round's two chains share
+   2 x ``search_seconds``: that share continues the archive's best at the temperatures the annealing's one cooling
+   schedule over the whole budget has reached by then, the rest starts from the proposal;
 3. **learns** (when an optimizer is given): the policy takes ``updates`` Adam steps of cross-entropy towards the
    ``elite`` best distinct placements found so far (the *imitation* step), each relabelled to agree most with
    the start placement the policy sees (:func:`aligned_labels`), so that the next round's proposals start in the
@@ -22,7 +24,7 @@ Placements out of memory rank after every placement within memory (least overflo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -155,10 +157,11 @@ class GuidedSearchSettings:
 
     samples: int = 256
     epsilon: float = 0.02
-    search_seconds: float = 1.0
+    search_seconds: float = 1.0  # per chain; with ``incumbent_share`` s, the round's 2 x search_seconds are shared
     elite: int = 8
     updates: int = 2
     chains: int = 1
+    incumbent_share: float | None = None
     anneal: AnnealSettings = AnnealSettings()
 
 
@@ -219,12 +222,22 @@ def guided_search(network: PlacementNetwork, problem: PlacementProblem, budget_s
         archive.add(rows, makespan, overflow)
         proposing = time.perf_counter() - proposed
         proposal = rows[int(np.lexsort((makespan, overflow))[0])]
-        for start in [proposal, archive.best[0]][:settings.chains]:
+        for chain, start in enumerate([proposal, archive.best[0]][:settings.chains]):
             seconds = min(settings.search_seconds, max(0.0, budget_seconds - (time.perf_counter() - began)))
+            anneal = settings.anneal
+            if settings.incumbent_share is not None and budget_seconds < float("inf"):
+                # the incumbent's chain follows one cooling schedule over the whole budget; the proposal's is short
+                share = settings.incumbent_share if chain == 1 else 1.0 - settings.incumbent_share
+                seconds = min(2 * settings.search_seconds * share,
+                              max(0.0, budget_seconds - (time.perf_counter() - began)))
+                if chain == 1:
+                    low = (time.perf_counter() - began) / budget_seconds
+                    high = min(1.0, low + seconds / budget_seconds)
+                    ratio = anneal.t_end / anneal.t_start
+                    anneal = replace(anneal, t_start=anneal.t_start * ratio**low, t_end=anneal.t_start * ratio**high)
             if seconds <= 0:
                 break
-            refined = anneal_units(problem.graph, problem.cluster, start, seed + rounds, seconds,
-                                   settings=settings.anneal)
+            refined = anneal_units(problem.graph, problem.cluster, start, seed + rounds, seconds, settings=anneal)
             evaluations += refined.evaluations
             units = problem.graph.unit_placement(refined.placement)[None, :]
             archive.add(units, np.array([refined.makespan]), np.array([refined.overflow]))

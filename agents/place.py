@@ -6,11 +6,11 @@ Two ways, both from a policy made by :mod:`agents.pretrain` (the shipped one by 
   in one simulator call, the best kept (when every one is out of memory, the best is repaired as the classical
   placers' placements are). About a second.
 * **fine-tuned** (the default, ``--budget-seconds``, default 10 s): the guided search
-  (:func:`agents.guided_search.guided_search`) on this graph for the budget, in rounds of two annealing chains of a
-  quarter of the budget each: the policy proposes, the annealing improves, the policy learns from the best
-  placements found. The search also starts from the placements of the
-  fast classical placers (those the ``anneal`` placer starts from), so it uses all the toolkit knows; the
-  benchmark (:mod:`agents.benchmark`) measures what the policy adds to that.
+  (:func:`agents.guided_search.guided_search`) on this graph for the budget: the policy proposes, the annealing
+  improves (in each round, a short chain from the best proposal and a longer one continuing the best placement
+  found, on one cooling schedule over the whole budget), the policy learns from the best placements found. The
+  search also starts from the placements of the fast classical placers (those the ``anneal`` placer starts from),
+  so it uses all the toolkit knows; the benchmark (:mod:`agents.benchmark`) measures what the policy adds.
 
 Example::
 
@@ -46,7 +46,9 @@ DEFAULT_SAMPLES = 512
 # Chosen on validation graphs (seeds 30-31 of the suites: neither training nor held-out) with the shipped policy,
 # by python benchmarks/learned_settings.py --policy agents/pretrained/policy.zip (numbers in docs/learned.md):
 ZERO_SHOT_TEMPERATURE = 0.25  # sharper than the policy's own (1.0): below its start placement more often
-ROUNDS_PER_BUDGET = 4  # each round anneals two chains of budget/4 s (longer chains than budget/12 did better)
+ROUNDS_PER_BUDGET = 8  # a round anneals for about a quarter of the budget (two chains of budget/8 s each) ...
+INCUMBENT_SHARE: float | None = 0.75  # ... 3/4 of it continuing the best placement on one cooling schedule over
+#                                       the whole budget, 1/4 from the round's best proposal
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,8 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
         classical = classical_starts(problem.graph, cluster, seed) if use_classical_starts else []
         starts = [rows[best]] + classical
         optimizer = torch.optim.Adam(network.parameters(), lr=1e-3) if learn else None
-        settings = GuidedSearchSettings(search_seconds=max(0.5, budget / ROUNDS_PER_BUDGET), chains=2)
+        settings = GuidedSearchSettings(search_seconds=max(0.5, budget / ROUNDS_PER_BUDGET), chains=2,
+                                        incumbent_share=INCUMBENT_SHARE)
         result = guided_search(network, problem, budget - (time.perf_counter() - began), settings, seed,
                                optimizer, starts)
         units, mk, over, rounds = result.units, result.makespan, result.overflow, result.rounds

@@ -1,7 +1,7 @@
 """How the learned placer's two settings were chosen, on validation graphs (neither training nor held-out).
 
     python benchmarks/learned_settings.py --policy agents/pretrained/policy.zip
-    python benchmarks/learned_settings.py --policy P --budget-seconds 10 --rounds-per-budget 4 12
+    python benchmarks/learned_settings.py --policy P --skip-zero-shot --schedules none:4 0.75:4 0.75:8
 
 Validation graphs: seeds 30 and 31 of ptb, cifar10 and nmt (the shipped policy trains on seeds below
 ``--seeds`` of :mod:`agents.pretrain`, 48 by default here; the benchmark's held-out seeds are 100-104), at 3, 5
@@ -9,9 +9,11 @@ and 8 devices.
 
 1. Zero-shot temperature: for each temperature, in how many cells the zero-shot placement is at or below HEFT's,
    and below the start placement the policy sees (the best fast placement).
-2. Fine-tuning rounds: for each ``rounds per budget`` R (each round anneals two chains of budget / R seconds), in
-   how many cells the fine-tuned placement is at or below the ``anneal`` placer's at the same budget (both run
-   one after the other on each cell, so that the machine's load is alike).
+2. Fine-tuning schedules ``SHARE:R``: rounds of two chains of budget / R seconds each, or with SHARE a number, the
+   round's 2 x budget / R seconds shared: SHARE continuing the best placement on one cooling schedule over the
+   whole budget, the rest from the round's best proposal. For each, in how many cells the fine-tuned placement is
+   at or below the ``anneal`` placer's at the same budget (run one after the other on each cell, so that the
+   machine's load is alike).
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ def main() -> int:
     parser.add_argument("--policy", required=True)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.5, 0.25])
     parser.add_argument("--budget-seconds", type=float, default=10.0)
-    parser.add_argument("--rounds-per-budget", type=int, nargs="+", default=[4, 12])
-    parser.add_argument("--fine-tune-graphs", nargs="+", default=["cifar10/30", "nmt/31", "ptb/31"])
+    parser.add_argument("--schedules", nargs="+", default=["none:4", "none:12", "0.75:4", "0.75:8"])
+    parser.add_argument("--fine-tune-graphs", nargs="+", default=["cifar10/30", "nmt/31", "ptb/31", "ptb/30"])
+    parser.add_argument("--skip-zero-shot", action="store_true")
     args = parser.parse_args()
     network = load_policy(args.policy)
 
     rows = []
-    for name in VALIDATION:
+    for name in ([] if args.skip_zero_shot else VALIDATION):
         for m in (3, 5, 8):
             g, c = load_graph(name), Cluster.preset("p100", m)
             sim = Simulator(g, c)
@@ -54,8 +57,8 @@ def main() -> int:
             rows.append([heft, start, *zero])
             print(f"{name} {m} GPUs: heft {heft * 1e3:.3f} ms, start {start * 1e3:.3f}, zero-shot "
                   + ", ".join(f"T={t:g} {z * 1e3:.3f}" for t, z in zip(args.temperatures, zero)), flush=True)
-    a = np.array(rows)
-    for i, t in enumerate(args.temperatures):
+    a = np.array(rows).reshape(-1, 2 + len(args.temperatures))
+    for i, t in enumerate(args.temperatures if rows else []):
         print(f"zero-shot T={t:g}: at or below HEFT in {(a[:, 2 + i] <= a[:, 0] * (1 + 1e-9)).sum()} of {len(a)}, "
               f"below its start in {(a[:, 2 + i] < a[:, 1] * (1 - 1e-9)).sum()}")
     learned.ZERO_SHOT_TEMPERATURE = 0.25
@@ -66,16 +69,18 @@ def main() -> int:
             g, c = load_graph(name), Cluster.preset("p100", m)
             sim = Simulator(g, c)
             row = [sim.run(placers_with_budget(args.budget_seconds)["anneal"](g, c, 0))[0]]
-            for r in args.rounds_per_budget:
-                learned.ROUNDS_PER_BUDGET = r
+            for schedule in args.schedules:
+                share, rounds = schedule.split(":")
+                learned.INCUMBENT_SHARE = None if share == "none" else float(share)
+                learned.ROUNDS_PER_BUDGET = int(rounds)
                 row.append(learned.place(g, c, network, args.budget_seconds).makespan)
             rows.append(row)
             print(f"{name} {m} GPUs: anneal {row[0] * 1e3:.3f} ms, fine-tuned "
-                  + ", ".join(f"R={r} {x * 1e3:.3f}" for r, x in zip(args.rounds_per_budget, row[1:])), flush=True)
+                  + ", ".join(f"{s} {x * 1e3:.3f}" for s, x in zip(args.schedules, row[1:])), flush=True)
     a = np.array(rows)
-    for i, r in enumerate(args.rounds_per_budget):
-        print(f"fine-tuned R={r}: at or below anneal in {(a[:, 1 + i] <= a[:, 0] * (1 + 1e-9)).sum()} of {len(a)}, "
-              f"mean ratio {np.mean(a[:, 1 + i] / a[:, 0]):.4f}")
+    for i, schedule in enumerate(args.schedules):
+        print(f"fine-tuned {schedule}: at or below anneal in {(a[:, 1 + i] <= a[:, 0] * (1 + 1e-9)).sum()} of "
+              f"{len(a)}, mean ratio {np.mean(a[:, 1 + i] / a[:, 0]):.4f}")
     return 0
 
 

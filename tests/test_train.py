@@ -300,9 +300,12 @@ def test_ctrl_c_while_starting_is_one_line_and_status_130(graph_file, tmp_path, 
     import signal
     import time
 
+    # A shell runs a background job (`.ci/run &`) with SIGINT ignored, and Python leaves an ignored SIGINT ignored,
+    # so without restoring the default the child would never see this Ctrl-C (as a user's background job would not).
     proc = subprocess.Popen([sys.executable, "train.py", "--graph", str(graph_file), "--encoder", "gcn",
                              "--out", str(tmp_path), "--progress", "off"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(after)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
