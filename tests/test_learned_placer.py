@@ -79,7 +79,7 @@ def test_the_learned_placer_reaches_each_canonical_optimum(case):
 
 def test_zero_shot_gives_a_placement_of_every_node_in_a_second_or_two():
     g, c = load_graph("default"), Cluster.preset("p100", 3)
-    result = agents.place(g, c, new_network(), zero_shot=True)  # type: ignore[operator]  # the module is callable
+    result = agents.place(g, c, new_network(), zero_shot=True)
     assert result.method == "zero-shot" and result.placement.shape == (g.num_nodes,)
     assert simulate(g, result.placement, c).makespan == pytest.approx(result.makespan)
 
@@ -210,3 +210,9 @@ def test_the_shipped_policy_loads_and_says_how_it_was_made():
     g, c = load_graph("nmt/2"), Cluster.preset("p100", 5)
     result = place(g, c, zero_shot=True)  # the shipped policy by default
     assert result.overflow == 0 and result.placement.shape == (g.num_nodes,)
+
+
+def test_agents_place_and_guided_search_are_there_in_a_fresh_interpreter():
+    code = "import agents; print(callable(agents.place), agents.GuidedSearch.__name__)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["True", "GuidedSearch"], done.stderr
