@@ -28,6 +28,17 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.fanout import (
+    IN_PROCESS,
+    FanOut,
+    Job,
+    JobRunner,
+    add_fanout_args,
+    failures,
+    fanout_from_args,
+    open_runner,
+    run_jobs,
+)
 from placement_env.checks import checked_finite
 from placement_env.cli import OneLineParser, check_output_paths, run_cli
 from placement_env.cluster import Cluster
@@ -193,31 +204,63 @@ def format_report(table: dict[str, dict[str, dict]], budget_seconds: float, comm
     return "\n".join(lines) + "\n", buffer.getvalue()
 
 
+def cached_record(path: Path, budget_seconds: float) -> dict | None:
+    """A method's cached record on a cell, when it was measured with this budget."""
+    if path.exists():
+        record = json.loads(path.read_text())
+        if record.get("budget_seconds") == budget_seconds:
+            return record
+    return None
+
+
+def describe_record(record: dict) -> str:
+    """A finished method in the progress lines."""
+    measured = f"{ratio(record):.3f} x lower bound" if "makespan" in record else "no placement"
+    return f"{measured} in {record['seconds']:.1f} s"
+
+
 def run_benchmark(cells: list[Cell], budget_seconds: float, out: Path, policy: str | None,
-                  method_names: list[str], log=print) -> tuple[str, str]:
-    """Run (or resume) every method on every cell; returns the report (also written to ``out``)."""
+                  method_names: list[str], where: FanOut | JobRunner = IN_PROCESS) -> tuple[str, str, dict[str, str]]:
+    """Run (or resume) every method on every cell where ``where`` says; returns the report (also written to
+    ``out``) and ``{cell/method: why}`` of the methods that failed (left out of the table)."""
+    def path_of(cell: Cell, method: str) -> Path:
+        return out / "runs" / cell.key / f"{method}.json"
+
+    jobs = []
+    for cell in cells:
+        # files as absolute paths: workers (Ray's too) start in other folders
+        movable = Cell(cell.graph if not Path(cell.graph).is_file() else str(Path(cell.graph).resolve()),
+                       cell.devices, cell.cluster_file and str(Path(cell.cluster_file).resolve()))
+        for method in method_names:
+            if cached_record(path_of(cell, method), budget_seconds) is None:
+                jobs.append(Job(f"{cell.key}/{method}", f"{cell.key} {method}", run_method,
+                                (method, movable, budget_seconds, policy and str(Path(policy).resolve()))))
+    if jobs:
+        fanout = where.fanout if isinstance(where, JobRunner) else where
+        print(f"running {len(jobs)} method(s) on cells in {fanout.describe()}", flush=True)
+
+    def write(job: Job, record: dict) -> None:
+        path = path_of(job.args[1], job.args[0])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(path, json.dumps(record, indent=1))
+
+    failed = failures(run_jobs(jobs, where, on_done=write, describe=describe_record, title="methods"))
     table: dict[str, dict[str, dict]] = {}
-    for i, cell in enumerate(cells):
+    for cell in cells:
         row = table.setdefault(cell.key, {})
         for method in method_names:
-            path = out / "runs" / cell.key / f"{method}.json"
-            if path.exists():
-                record = json.loads(path.read_text())
-                if record.get("budget_seconds") == budget_seconds:
-                    row[method] = record
-                    continue
-            record = run_method(method, cell, budget_seconds, policy)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomically(path, json.dumps(record, indent=1))
-            row[method] = record
-            log(f"[{i + 1}/{len(cells)}] {cell.key} {method}: "
-                + (f"{ratio(record):.3f} x lower bound" if "makespan" in record else "no placement")
-                + f" in {record['seconds']:.1f} s")
+            record = cached_record(path_of(cell, method), budget_seconds)
+            if record is not None:
+                row[method] = record
+    table = {key: row for key, row in table.items() if set(row) == set(method_names)}
     command = "python -m agents.benchmark " + " ".join(sys.argv[1:])
-    markdown, table_csv = format_report(table, budget_seconds, command)
+    markdown, table_csv = format_report(table, budget_seconds, command) if table else ("no cell finished\n", "")
+    if failed:
+        markdown += ("\nLeft out, as a method failed there (rerun to retry): "
+                     + "; ".join(f"{key} ({why})" for key, why in failed.items()) + "\n")
     write_text_atomically(out / "benchmark.md", markdown)
     write_text_atomically(out / "benchmark.csv", table_csv)
-    return markdown, table_csv
+    return markdown, table_csv, failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="held-out seeds of the suites (default 100-104; all must be >= 100)")
     parser.add_argument("--no-real", action="store_true", help="leave out the six real models")
     parser.add_argument("--methods", help="comma-separated subset of the methods (default: all)")
+    add_fanout_args(parser)
     args = parser.parse_args(argv)
 
     def run() -> int:
@@ -263,9 +307,13 @@ def main(argv: list[str] | None = None) -> int:
             names = asked
         if args.policy is not None and not Path(args.policy).is_file():
             raise ValueError(f"--policy: no such file: {args.policy!r}")
-        markdown, _ = run_benchmark(cells, budget, Path(args.out), args.policy, names,
-                                    log=lambda line: print(line, flush=True))
+        with open_runner(fanout_from_args(args), preload=("agents.benchmark", "agents.place")) as runner:
+            markdown, _, failed = run_benchmark(cells, budget, Path(args.out), args.policy, names, runner)
         print(markdown)
+        if failed:
+            print(f"error: {len(failed)} method run(s) failed; their cells are left out of the table; rerun the "
+                  "command to retry them", file=sys.stderr)
+            return 1
         return 0
 
     return run_cli(run)

@@ -42,14 +42,24 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agents.training import TrainConfig, train
-from agents.training.run import check_config
+from agents.fanout import (
+    IN_PROCESS,
+    FanOut,
+    Job,
+    JobRunner,
+    add_fanout_args,
+    failures,
+    fanout_from_args,
+    open_runner,
+    run_jobs,
+)
+from agents.training.config import TrainConfig
 from baselines import PLACERS as ALL_PLACERS
 from baselines import PlacementInfeasibleError
 from placement_env import Cluster, load_graph, lower_bound, simulate
@@ -111,11 +121,16 @@ class Settings:
     initial_placement: str = "single"
     models: tuple[str, ...] = REAL_MODELS
     model_devices: int = 8
+    timesteps: int | None = None  # a step limit per run besides the budget (None: the budget decides)
     out: Path = Path("experiments")
+    failed: dict[str, str] = field(default_factory=dict)  # run key -> why, for runs that failed (not a setting)
+    placers: dict[tuple[tuple[str, ...], int], dict] = field(default_factory=dict)  # placer_rows, once computed
 
     def run_settings(self) -> dict:
-        return {"budget_seconds": self.budget_seconds, "algo": self.algo, "hidden_dim": self.hidden_dim,
-                "expected_moves": self.expected_moves, "initial_placement": self.initial_placement}
+        """What a run's cache key holds besides the run itself."""
+        settings = {"budget_seconds": self.budget_seconds, "algo": self.algo, "hidden_dim": self.hidden_dim,
+                    "expected_moves": self.expected_moves, "initial_placement": self.initial_placement}
+        return settings if self.timesteps is None else {**settings, "timesteps": self.timesteps}
 
 
 QUICK: dict[str, Any] = {"seeds": 1, "graphs": 1, "devices": (3,), "budget_seconds": 2.0, "hidden_dim": 16,
@@ -129,24 +144,98 @@ def train_config(run: Run, settings: Settings, folder: Path) -> TrainConfig:
     return TrainConfig(encoder=run.encoder, graph=run.graph, devices=run.devices, seed=run.seed,
                        budget_seconds=settings.budget_seconds, algo=settings.algo, hidden_dim=settings.hidden_dim,
                        expected_moves=settings.expected_moves, initial_placement=settings.initial_placement,
-                       encoder_options=dict(run.options), out=str(folder))
+                       encoder_options=dict(run.options), out=str(folder),
+                       timesteps=TrainConfig.timesteps if settings.timesteps is None else settings.timesteps)
 
 
-def run_training(run: Run, settings: Settings) -> dict:
-    """Train ``run`` (or reuse its cached result) and return its results (``results.json``, with the curve)."""
-    folder = settings.out / "runs" / run.key(settings.run_settings())
-    results_file = folder / "results.json"
-    if results_file.exists():
-        return json.loads(results_file.read_text())
-    print(f"  {run.label or run.encoder:<24} {run.graph:<14} {run.devices} devices  seed {run.seed}", flush=True)
+def run_folder(run: Run, settings: Settings) -> Path:
+    """Where ``run`` keeps its outputs and its ``results.json`` (the run cache)."""
+    return settings.out / "runs" / run.key(settings.run_settings())
+
+
+def train_run(run: Run, settings: Settings) -> dict:
+    """Train ``run`` and return its results (``results.json``'s record, with the curve); writes its outputs
+    (checkpoint, tracker) in its folder but not ``results.json``: that is the cache entry, written whole by
+    the driver (:func:`run_training`, or :func:`fan_out` as results arrive)."""
+    from agents.training.run import train  # torch: loaded where the run trains, not by a driver that only waits
+
+    folder = run_folder(run, settings)
     result = train(train_config(run, settings, folder))
     if result.interrupted:  # Ctrl-C: a cut-short run is not a result to keep or tabulate
-        results_file.unlink(missing_ok=True)
         raise KeyboardInterrupt
     results = dict(result.record)
     results["curve"] = json.loads((folder / "tracker.json").read_text())["curve"]
+    return results
+
+
+def failed_results(run: Run, why: str) -> dict:
+    """What the tables show for a run that failed: no makespan (the cell says "failed")."""
+    return {"seed": run.seed, "failed": why, "oom": False, "makespan": float("nan"), "lb_ratio": float("nan"),
+            "best_found_seconds": None, "validation_seconds": 0.0, "search_seconds": 0.0, "steps": 0, "curve": []}
+
+
+def run_training(run: Run, settings: Settings) -> dict:
+    """``run``'s results: from the run cache, else (a run :func:`fan_out` reported failed) a failed record, else
+    trained here and cached."""
+    results_file = run_folder(run, settings) / "results.json"
+    if results_file.exists():
+        return json.loads(results_file.read_text())
+    key = run.key(settings.run_settings())
+    if key in settings.failed:
+        return failed_results(run, settings.failed[key])
+    results = train_run(run, settings)
+    results_file.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(results_file, json.dumps(results, indent=1))
     return results
+
+
+def describe_results(results: dict) -> str:
+    """A finished job in the progress lines: a run's best makespan, or the classical placers' rows."""
+    if "oom" not in results:
+        return "classical placers placed"
+    return "out of memory" if results["oom"] else f"{results['makespan'] * 1e3:.3f} ms"
+
+
+def fan_out(runs: list[Run], settings: Settings, where: FanOut | JobRunner = IN_PROCESS,
+            placer_columns: list[tuple[tuple[str, ...], int]] | None = None) -> dict[str, str]:
+    """Train every run not yet in the cache where ``where`` says (one progress report over all of them), writing
+    each ``results.json`` here as it arrives, and place ``placer_columns`` (graph names, device count) with the
+    classical placers alongside; returns ``{run key: why}`` of the runs that failed (also kept in
+    ``settings.failed`` for the tables)."""
+    absolute = replace(settings, out=settings.out.resolve())  # workers (Ray's too) start in other folders
+    jobs: dict[str, Job] = {}
+    for run in runs:
+        key = run.key(settings.run_settings())
+        if key not in jobs and not (run_folder(run, settings) / "results.json").exists():
+            jobs[key] = Job(key, f"{run.label or run.encoder} {run.graph} {run.devices} devices seed {run.seed}",
+                            train_run, (run, absolute))
+    cached = len({r.key(settings.run_settings()) for r in runs}) - len(jobs)
+    if cached:
+        print(f"{cached} run(s) already in {settings.out / 'runs'}", flush=True)
+    if jobs:
+        fanout = where.fanout if isinstance(where, JobRunner) else where
+        print(f"training {len(jobs)} run(s) in {fanout.describe()}", flush=True)
+    placer_jobs = {}
+    for names, d in dict.fromkeys(placer_columns or []):
+        if (names, d) not in settings.placers:
+            key = f"placers {' '.join(names)} {d} devices"
+            placer_jobs[key] = Job(key, f"classical placers on {', '.join(names)}, {d} devices", placer_rows,
+                                   (list(names), d))
+
+    def keep(job: Job, value: dict) -> None:
+        if job.key in placer_jobs:
+            settings.placers[(tuple(job.args[0]), job.args[1])] = value
+            return
+        folder = run_folder(job.args[0], settings)
+        folder.mkdir(parents=True, exist_ok=True)  # on a cluster without a shared folder, the run wrote elsewhere
+        write_text_atomically(folder / "results.json", json.dumps(value, indent=1))
+
+    # the runs first (the longest jobs), the placers last, filling the tail
+    outcomes = run_jobs(list(jobs.values()) + list(placer_jobs.values()), where, on_done=keep,
+                        describe=describe_results)
+    failed = failures({key: value for key, value in outcomes.items() if key in jobs})
+    settings.failed.update(failed)
+    return failed
 
 
 def placer_rows(graph_names: list[str], devices: int) -> dict[str, tuple[float, float]]:
@@ -182,7 +271,8 @@ class Cell:
         for s in range(seeds):
             mine = [r for r in runs if r["seed"] == s]
             exe.append(float(np.mean([float("inf") if r["oom"] else r["makespan"] for r in mine])))
-            com.append(float(np.mean([(r["best_found_seconds"] or 0.0) + r["validation_seconds"] for r in mine])))
+            com.append(float(np.mean([float("nan") if "failed" in r else (r["best_found_seconds"] or 0.0)
+                                      + r["validation_seconds"] for r in mine])))
         return Cell(exe, com)
 
 
@@ -211,6 +301,8 @@ def train_cells(methods: dict[str, tuple[str, tuple]], graphs_of: dict[str, list
 # ------------------------------------------------------------------------------------------- formatting
 
 def _mean_spread(values: list[float], scale: float, digits: int) -> str:
+    if any(np.isnan(v) for v in values):
+        return "failed"
     finite = [v for v in values if np.isfinite(v)]
     if len(finite) < len(values):
         return "OOM"
@@ -310,15 +402,69 @@ def suite_graphs(settings: Settings) -> dict[str, list[str]]:
     return {s: [f"{s}/{i}" for i in range(settings.graphs)] for s in SUITES}
 
 
-def all_placers(graphs_of: dict[str, list[str]], devices) -> dict:
-    return {(c, d): placer_rows(names, d) for c, names in graphs_of.items() for d in devices}
+def classical_rows(graph_names: list[str], devices: int, settings: Settings) -> dict[str, tuple[float, float]]:
+    """:func:`placer_rows`, computed once per invocation (by :func:`fan_out`, or here)."""
+    key = (tuple(graph_names), devices)
+    if key not in settings.placers:
+        settings.placers[key] = placer_rows(graph_names, devices)
+    return settings.placers[key]
+
+
+def all_placers(graphs_of: dict[str, list[str]], devices, settings: Settings) -> dict:
+    return {(c, d): classical_rows(names, d, settings) for c, names in graphs_of.items() for d in devices}
+
+
+@dataclass(frozen=True)
+class Design:
+    """The runs one experiment tabulates: every method (label -> (encoder, options)) on every column's graphs
+    (column -> graph names) at every device count, each seed."""
+
+    methods: dict[str, tuple[str, tuple]]
+    graphs_of: dict[str, list[str]]
+    devices: tuple[int, ...]
+
+    def runs(self, seeds: int) -> list[Run]:
+        return [Run(encoder, g, d, seed, options, label) for graphs in self.graphs_of.values() for d in self.devices
+                for label, (encoder, options) in self.methods.items() for seed in range(seeds) for g in graphs]
+
+    def placer_columns(self) -> list[tuple[tuple[str, ...], int]]:
+        """The (graphs, device count) the classical placers' rows are computed for."""
+        return [(tuple(graphs), d) for graphs in self.graphs_of.values() for d in self.devices]
+
+
+def faga_methods() -> dict[str, tuple[str, tuple]]:
+    """Table 4's rows: FADP-GT with the adjacency matrix, high- and low-frequency terms switched off and on."""
+    methods = {}
+    for i, (adj, high, low) in enumerate(FAGA_ROWS, start=1):
+        label = f"{i}: {_flags(('adjacency', 'high', 'low'), (adj, high, low))}"
+        methods[label] = ("fadp-gt", () if (adj and high and low) else
+                          (("use_adjacency", adj), ("use_high", high), ("use_low", low)))
+    return methods
+
+
+def dpfr_methods() -> dict[str, tuple[str, tuple]]:
+    """Table 5's rows: FADP-GT with the average- and max-pooling branches switched off and on."""
+    methods = {}
+    for i, (gap, gmp) in enumerate(DPFR_ROWS, start=1):
+        label = f"{i}: {_flags(('GAP', 'GMP'), (gap, gmp))}"
+        methods[label] = ("fadp-gt", () if (gap and gmp) else (("use_gap", gap), ("use_gmp", gmp)))
+    return methods
+
+
+def design(experiment: str, settings: Settings) -> Design:
+    """The runs of ``experiment`` (table2, table3 and figure4 share theirs)."""
+    if experiment == "table6":
+        return Design({"placeto": ("placeto", ()), "fadp-gt": ("fadp-gt", ())}, {m: [m] for m in settings.models},
+                      (settings.model_devices,))
+    methods = {"table4": faga_methods, "table5": dpfr_methods}.get(experiment, lambda: {e: (e, ()) for e in ENCODERS})
+    return Design(methods(), suite_graphs(settings), settings.devices)
 
 
 def experiment_table2(settings: Settings, csv_rows: list[dict], metric: str = "exe") -> tuple[str, list[str]]:
-    graphs_of = suite_graphs(settings)
-    methods = {e: (e, ()) for e in ENCODERS}
+    plan = design("table2", settings)
+    methods, graphs_of = plan.methods, plan.graphs_of
     cells = train_cells(methods, graphs_of, settings, csv_rows, settings.devices)
-    placers = all_placers(graphs_of, settings.devices)
+    placers = all_placers(graphs_of, settings.devices, settings)
     args = (cells, placers, list(methods), list(graphs_of), settings.devices)
     what = "execution time" if metric == "exe" else "computation time"
     return (comparison_table(*args, REFERENCE, metric, "Dataset"),
@@ -334,19 +480,14 @@ def _flags(names: tuple[str, ...], values: tuple[bool, ...]) -> str:
 
 
 def experiment_table4(settings: Settings, csv_rows: list[dict]) -> tuple[str, list[str]]:
-    methods = {}
-    for i, (adj, high, low) in enumerate(FAGA_ROWS, start=1):
-        label = f"{i}: {_flags(('adjacency', 'high', 'low'), (adj, high, low))}"
-        methods[label] = ("fadp-gt", () if (adj and high and low) else
-                          (("use_adjacency", adj), ("use_high", high), ("use_low", low)))
-    return _ablation(methods, settings, csv_rows)
+    return _ablation(faga_methods(), settings, csv_rows)
 
 
 def _ablation(methods: dict, settings: Settings, csv_rows: list[dict]) -> tuple[str, list[str]]:
     """Table 4 / 5: the variants against the first (everything off); the last row is the full model."""
     graphs_of = suite_graphs(settings)
     cells = train_cells(methods, graphs_of, settings, csv_rows, settings.devices)
-    placers = all_placers(graphs_of, settings.devices)
+    placers = all_placers(graphs_of, settings.devices, settings)
     args = (cells, placers, list(methods), list(graphs_of), settings.devices)
     labels = list(methods)
     findings = comparison_findings(*args, labels[-1], labels[0], "exe", "execution time")[:2]
@@ -354,19 +495,15 @@ def _ablation(methods: dict, settings: Settings, csv_rows: list[dict]) -> tuple[
 
 
 def experiment_table5(settings: Settings, csv_rows: list[dict]) -> tuple[str, list[str]]:
-    methods = {}
-    for i, (gap, gmp) in enumerate(DPFR_ROWS, start=1):
-        label = f"{i}: {_flags(('GAP', 'GMP'), (gap, gmp))}"
-        methods[label] = ("fadp-gt", () if (gap and gmp) else (("use_gap", gap), ("use_gmp", gmp)))
-    return _ablation(methods, settings, csv_rows)
+    return _ablation(dpfr_methods(), settings, csv_rows)
 
 
 def experiment_table6(settings: Settings, csv_rows: list[dict]) -> tuple[str, list[str]]:
-    graphs_of = {m: [m] for m in settings.models}
-    methods = {"placeto": ("placeto", ()), "fadp-gt": ("fadp-gt", ())}
+    plan = design("table6", settings)
+    graphs_of, methods = plan.graphs_of, plan.methods
     d = settings.model_devices
     cells = train_cells(methods, graphs_of, settings, csv_rows, (d,))
-    placers = all_placers(graphs_of, (d,))
+    placers = all_placers(graphs_of, (d,), settings)
     lines = [f"{d} simulated P100s.", "",
              "| Method | Model | Avg_Exe_Time (ms) | Impro | Avg_Com_Time (s) | Impro |", "|---|---|---|---|---|---|"]
     for model in settings.models:
@@ -406,17 +543,22 @@ def experiment_figure4(settings: Settings, csv_rows: list[dict]) -> tuple[str, l
     for col, suite in enumerate(SUITES):
         for row, d in enumerate(settings.devices):
             ax = axes[row][col]
-            placers = placer_rows(graphs_of[suite], d)
+            placers = classical_rows(graphs_of[suite], d, settings)
             for i, encoder in enumerate(ENCODERS):
                 curves = []
                 for seed in range(settings.seeds):
                     for g in graphs_of[suite]:
                         r = run_training(Run(encoder, g, d, seed, (), encoder), settings)
+                        if "failed" in r:
+                            continue
                         steps, values = zip(*r["curve"])
                         curves.append((np.asarray(steps), np.asarray(values)))
                         for s, v in r["curve"]:
                             csv_rows.append({"encoder": encoder, "suite": suite, "graph": g, "devices": d,
                                              "seed": seed, "step": s, "best_makespan_ms": v * 1e3})
+                if not curves:
+                    lines.append(f"| {encoder} | {suite} | {d} | failed | failed | failed |")
+                    continue
                 grid = np.linspace(0, min(c[0][-1] for c in curves), 50)
                 mean = np.mean([np.interp(grid, s, v) for s, v in curves], axis=0) * 1e3
                 ax.plot(grid, mean, label=encoder, color=f"C{i}", linewidth=2.0 if encoder == "fadp-gt" else 1.0)
@@ -436,8 +578,10 @@ def experiment_figure4(settings: Settings, csv_rows: list[dict]) -> tuple[str, l
     finals: dict[tuple[str, str], dict[str, float]] = {}
     for line in lines[2:]:
         cells_ = [c.strip() for c in line.strip("|").split("|")]
+        if cells_[5] == "failed":
+            continue
         finals.setdefault((cells_[1], cells_[2]), {})[cells_[0]] = float(cells_[5])
-    lowest = sum(1 for v in finals.values() if v["fadp-gt"] <= min(v.values()))
+    lowest = sum(1 for v in finals.values() if "fadp-gt" in v and v["fadp-gt"] <= min(v.values()))
     findings = [f"FADP-GT's curve ends lowest of the {len(ENCODERS)} encoders in {lowest} of {len(finals)} "
                 "panels (the paper: lowest from start to end in every panel)."]
     return ("![learning curves](figure4.png)\n\nDashed: single device and HEFT; solid black: the lower bound. "
@@ -471,11 +615,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", choices=REAL_MODELS, help="table6's models (default all six)")
     parser.add_argument("--model-devices", type=int, help="table6's device count (default 8)")
     parser.add_argument("--out", type=Path, help="output folder (default experiments/)")
+    parser.add_argument("--timesteps", type=int, help="also stop each run after this many environment steps (for "
+                                                           "runs that give the same numbers on any machine)")
     parser.add_argument("--results", type=Path, help="also write every table of this invocation to this file")
+    add_fanout_args(parser)
     args = parser.parse_args(argv)
     settings = Settings(**(QUICK if args.quick else {}))
     for name in ("seeds", "graphs", "devices", "budget_seconds", "algo", "hidden_dim", "expected_moves",
-                 "initial_placement", "models", "model_devices", "out"):
+                 "initial_placement", "models", "model_devices", "timesteps", "out"):
         value = getattr(args, name)
         if value is not None:
             setattr(settings, name, tuple(value) if isinstance(value, list) else value)
@@ -484,17 +631,31 @@ def main(argv: list[str] | None = None) -> int:
     if min(settings.devices) < 1 or settings.model_devices < 1:
         parser.error(f"--devices and --model-devices must be >= 1, got {list(settings.devices)} and "
                      f"{settings.model_devices}")
-    try:  # bad settings fail now, with the training library's message, not in the first run
-        check_config(train_config(Run("fadp-gt", "default", settings.devices[0], 0), settings, settings.out / "runs"))
+    try:
+        fanout = fanout_from_args(args)
     except ValueError as exc:
         parser.error(str(exc))
-    try:  # an unwritable --results or --out would otherwise fail after every run has trained
-        check_output_paths(file=None if args.results is None else str(args.results), folder=str(settings.out))
-    except ValueError as exc:
-        parser.error(str(exc))
-    settings.out.mkdir(parents=True, exist_ok=True)
+    experiments = EXPERIMENTS if args.experiment == "all" else (args.experiment,)
+    plans = [design(experiment, settings) for experiment in experiments]
+    # the workers start (and load torch) while this process checks the settings
+    with open_runner(fanout, preload=("agents.experiments", "agents.training.run")) as runner:
+        try:  # bad settings fail now, with the training library's message, not in the first run
+            from agents.training.run import check_config
+
+            check_config(train_config(Run("fadp-gt", "default", settings.devices[0], 0), settings,
+                                      settings.out / "runs"))
+        except ValueError as exc:
+            parser.error(str(exc))
+        try:  # an unwritable --results or --out would otherwise fail after every run has trained
+            check_output_paths(file=None if args.results is None else str(args.results), folder=str(settings.out))
+        except ValueError as exc:
+            parser.error(str(exc))
+        settings.out.mkdir(parents=True, exist_ok=True)
+        # every run of every table first, fanned out together with the classical placers; then the tables
+        failed = fan_out([run for plan in plans for run in plan.runs(settings.seeds)], settings, runner,
+                         [column for plan in plans for column in plan.placer_columns()])
     sections: list[str] = []
-    for experiment in (EXPERIMENTS if args.experiment == "all" else (args.experiment,)):
+    for experiment in experiments:
         print(f"{experiment}:", flush=True)
         csv_rows: list[dict] = []
         body, findings = globals()[f"experiment_{experiment}"](settings, csv_rows)
@@ -514,6 +675,10 @@ def main(argv: list[str] | None = None) -> int:
         report = "\n".join(sections).replace("](figure4.png)", f"]({figure})")
         write_text_atomically(args.results, RESULTS_INTRO + "\n" + report + other_sections(args.results))
         print(f"wrote {args.results}")
+    if failed:
+        print(f"error: {len(failed)} run(s) failed (their cells say 'failed'); rerun the command to retry them: "
+              + "; ".join(f"{key}: {why}" for key, why in failed.items()), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -14,8 +14,14 @@ Three stages, each resumable from ``--out`` (rerun the same command after an int
    replaces the stored placement, and the policy imitates the new placements for ``epochs`` more passes.
 
 The policy is saved to ``--out/policy.zip`` (the project's checkpoint format, algorithm ``guided``) after every
-epoch; ``pretrain.json`` beside it records the settings, the stages done, the seconds, the machine and the
-peak memory.
+epoch; ``pretrain.json`` beside it records the settings, the stages done, the seconds (in all and per stage), the
+machine and the peak memory.
+
+Stages 1 and 3 are the searches: one job per problem (stage 1) or per :data:`IMPROVE_CHUNK` problems (stage 3),
+fanned out with ``--workers N`` or ``--ray`` (:mod:`agents.fanout`); each worker holds its problems' graphs and
+simulators and sends back judged placements, and only the driver writes the targets. Stage 2, the policy's
+passes, stays in the driver, where torch uses the machine's cores. ``--expert-steps`` makes stage 1 the same on
+any machine and any number of workers.
 """
 
 from __future__ import annotations
@@ -29,6 +35,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from agents.fanout import (
+    IN_PROCESS,
+    Failure,
+    FanOut,
+    Job,
+    JobRunner,
+    add_fanout_args,
+    failures,
+    fanout_from_args,
+    open_runner,
+    run_jobs,
+)
 from placement_env.checks import checked_count, checked_finite
 from placement_env.cli import OneLineParser, check_output_paths
 from placement_env.json_files import write_text_atomically
@@ -47,6 +65,7 @@ class PretrainConfig:
     devices: tuple[int, ...] = (3, 5, 8)
     max_devices: int = 8
     expert_seconds: float = 1.5
+    expert_steps: int | None = None
     improve_seconds: float = 1.0
     epochs: int = 12
     rounds: int = 1
@@ -76,6 +95,8 @@ class PretrainConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
         if self.start not in POLICY_STARTS:
             raise ValueError(f"start: use one of {', '.join(POLICY_STARTS)}, got {self.start!r}")
+        if self.expert_steps is not None:
+            checked_count("expert_steps", self.expert_steps, 1)
         checked_count("epochs", self.epochs, 1)
         checked_count("rounds", self.rounds, 0)
 
@@ -88,9 +109,10 @@ def problem_key(name: str, devices: int) -> str:
     return f"{name.replace('/', '-')}_{devices}gpu"
 
 
-def peak_memory_bytes() -> int:
-    """This process's peak resident memory (bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def peak_memory_bytes(who: int = resource.RUSAGE_SELF) -> int:
+    """This process's peak resident memory (bytes); ``resource.RUSAGE_CHILDREN``: the largest of its ended
+    children's."""
+    peak = resource.getrusage(who).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
@@ -105,24 +127,116 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def pretrain(config: PretrainConfig, out: str | os.PathLike, log=print) -> Path:
-    """Run (or resume) the three stages into ``out``; returns the policy's path."""
-    import numpy as np
-    import torch
-
+def expert_target(name: str, devices: int, config: PretrainConfig) -> dict:
+    """Stage 1 for one training problem (a job, run in any worker): the expert placement, relabelled to agree with
+    the start placement the observation shows, its makespan (s) and overflow (bytes), and that start."""
+    from baselines.anneal import anneal_units
     from baselines.placers import placers_with_budget
     from placement_env.cluster import Cluster
     from placement_env.zoo.registry import load_graph
 
-    from .guided_search import GuidedSearchSettings, PlacementProblem, guided_search, imitation_loss
+    from .guided_search import PlacementProblem
+    from .place import start_units
+
+    graph, cluster = load_graph(name), Cluster.preset(num_devices=devices)
+    start = start_units(graph, cluster, config.start, config.seed)
+    if config.expert_steps is None:
+        placement = placers_with_budget(config.expert_seconds)["anneal"](graph, cluster, config.seed)
+        units = graph.unit_placement(placement)
+    else:  # a fixed number of annealing steps from the best fast placement: the same result on any machine
+        best_fast = start_units(graph, cluster, "best-fast", config.seed)
+        found = anneal_units(graph, cluster, best_fast, config.seed, time_budget=None, max_steps=config.expert_steps)
+        units = graph.unit_placement(found.placement)
+    problem = PlacementProblem(graph, cluster, config.max_devices, start)
+    units = problem.labels(units)[0]
+    makespan, overflow = problem.judge(units[None, :])
+    return {"units": units.tolist(), "makespan": float(makespan[0]), "overflow": float(overflow[0]),
+            "source": "anneal", "start": start.tolist()}
+
+
+_NETWORKS: dict[str, object] = {}  # a worker's copy of the policy, by the digest of its file
+
+
+def _network_from_bytes(policy: bytes):
+    import hashlib
+    import tempfile
+
+    from .policy_file import load_policy
+
+    digest = hashlib.sha1(policy).hexdigest()
+    if digest not in _NETWORKS:
+        _NETWORKS.clear()
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "policy.zip"
+            path.write_bytes(policy)
+            network = load_policy(path)
+        network.eval()
+        _NETWORKS[digest] = network
+    return _NETWORKS[digest]
+
+
+def improved_targets(policy: bytes, problems: list[tuple[str, str, int, list[int], float, float]],
+                     config: PretrainConfig, round_index: int) -> dict[str, dict | None]:
+    """Stage 3 for some training problems (a job): ``(key, graph name, devices, start units, old makespan s, old
+    overflow bytes)`` each; the policy (``policy``, a policy file's bytes) proposes, the annealing improves the best
+    proposal; ``{key: the new target, or None when it is not better}``."""
+    import numpy as np
+    import torch
+
+    from placement_env.cluster import Cluster
+    from placement_env.zoo.registry import load_graph
+
+    from .guided_search import GuidedSearchSettings, PlacementProblem, guided_search
+
+    network = _network_from_bytes(policy)
+    settings = GuidedSearchSettings(search_seconds=config.improve_seconds, chains=1)
+    out: dict[str, dict | None] = {}
+    for key, name, devices, start, old_makespan, old_overflow in problems:
+        problem = PlacementProblem(load_graph(name), Cluster.preset(num_devices=devices), config.max_devices,
+                                   np.asarray(start, np.int64))
+        with torch.no_grad():
+            result = guided_search(network, problem, config.improve_seconds * 2, settings,
+                                   seed=config.seed + round_index, max_rounds=1, starts=[problem.start_units])
+        better = (result.overflow, result.makespan) < (old_overflow, old_makespan)
+        out[key] = {"units": result.units.tolist(), "makespan": result.makespan, "overflow": result.overflow,
+                    "source": f"expert iteration round {round_index}", "start": list(start)} if better else None
+    return out
+
+
+IMPROVE_CHUNK = 8  # training problems per stage-3 job: the policy travels once per chunk
+
+
+def pretrain(config: PretrainConfig, out: str | os.PathLike, log=print, fanout: FanOut = IN_PROCESS) -> Path:
+    """Run (or resume) the three stages into ``out``, the searches where ``fanout`` says (its workers live through
+    all stages); returns the policy's path."""
+    with open_runner(fanout, preload=("agents.pretrain", "agents.guided_search", "agents.place")) as runner:
+        path = _stages(config, Path(out), log, runner)
+    if fanout.workers > 1 and fanout.ray is None:  # the worker processes have ended: their peak is known now
+        record_path = Path(out) / "pretrain.json"
+        record = json.loads(record_path.read_text())
+        record["peak_worker_memory_bytes"] = max(int(record.get("peak_worker_memory_bytes", 0)),
+                                                 peak_memory_bytes(resource.RUSAGE_CHILDREN))
+        write_text_atomically(record_path, json.dumps(record, indent=1))
+    return path
+
+
+def _stages(config: PretrainConfig, out: Path, log, runner: JobRunner) -> Path:
+    import numpy as np
+    import torch
+
+    from placement_env.cluster import Cluster
+    from placement_env.zoo.registry import load_graph
+
+    from .guided_search import PlacementProblem, imitation_loss
     from .place import start_units
     from .policy_file import POLICY_FILE, new_network, save_policy
 
-    out = Path(out)
+    fanout = runner.fanout
     (out / "targets").mkdir(parents=True, exist_ok=True)
     record_path = out / "pretrain.json"
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
-    if record and record.get("config") != json.loads(json.dumps(asdict(config))):
+    defaults = json.loads(json.dumps(asdict(PretrainConfig())))  # settings added since a record was written
+    if record and {**defaults, **record.get("config", {})} != json.loads(json.dumps(asdict(config))):
         raise ValueError(f"{out} holds a pretraining with other settings; use another --out or the same settings")
     record.setdefault("config", asdict(config))
     record.setdefault("stages", {})
@@ -133,35 +247,47 @@ def pretrain(config: PretrainConfig, out: str | os.PathLike, log=print) -> Path:
     def save_record() -> None:
         record["seconds"] = seconds_before + time.perf_counter() - began
         record["peak_memory_bytes"] = max(int(record.get("peak_memory_bytes", 0)), peak_memory_bytes())
+        if fanout.workers > 1 or fanout.ray is not None:
+            record["workers"] = fanout.describe()
         record["machine"] = {"platform": platform.platform(), "processor": cpu_model(), "cpus": os.cpu_count(),
                              "python": platform.python_version(), "torch": torch.__version__}
         write_text_atomically(record_path, json.dumps(record, indent=1))
 
     torch.manual_seed(config.seed)
+    stage_seconds = record.setdefault("stage_seconds", {"experts": 0.0, "imitation": 0.0, "improvement": 0.0})
 
-    # ---- stage 1: expert placements (and the start placement each problem's observation shows)
-    anneal = placers_with_budget(config.expert_seconds)["anneal"]
+    def add_seconds(stage: str, since: float) -> None:
+        stage_seconds[stage] = stage_seconds.get(stage, 0.0) + time.perf_counter() - since
+
+    # ---- stage 1: expert placements (and the start placement each problem's observation shows), fanned out
+    def path_of(key: str) -> Path:
+        return out / "targets" / f"{key}.json"
+
+    jobs = [Job(problem_key(name, m), f"expert {problem_key(name, m)}", expert_target, (name, m, config))
+            for name, m in config.problems() if not path_of(problem_key(name, m)).exists()]
+    stage_began = time.perf_counter()
+    if jobs:
+        log(f"stage 1: {len(jobs)} expert placement(s) in {fanout.describe()}")
+
+    def write_target(job: Job, data: dict) -> None:
+        write_text_atomically(path_of(job.key), json.dumps(data))
+
+    failed = failures(run_jobs(jobs, runner, on_done=write_target,
+                               describe=lambda data: f"{data['makespan'] * 1e3:.3f} ms", title="expert placements"))
+    if failed:
+        raise RuntimeError(f"{len(failed)} expert placement(s) failed (rerun to retry): "
+                           + "; ".join(f"{key}: {why}" for key, why in failed.items()))
+    add_seconds("experts", stage_began)
+    save_record()
     problems: dict[str, PlacementProblem] = {}
-    for i, (name, m) in enumerate(config.problems()):
-        key, graph, cluster = problem_key(name, m), load_graph(name), Cluster.preset(num_devices=m)
-        path = out / "targets" / f"{key}.json"
-        if not path.exists():
-            placement = anneal(graph, cluster, config.seed)
-            start = start_units(graph, cluster, config.start, config.seed)
-            problem = PlacementProblem(graph, cluster, config.max_devices, start)
-            units = problem.labels(graph.unit_placement(placement))[0]
-            makespan, overflow = problem.judge(units[None, :])
-            write_text_atomically(path, json.dumps({"units": units.tolist(), "makespan": float(makespan[0]),
-                                                    "overflow": float(overflow[0]), "source": "anneal",
-                                                    "start": start.tolist()}))
-            log(f"expert {i + 1}/{len(config.problems())} {key}: {makespan[0] * 1e3:.3f} ms")
-            save_record()
-        data = json.loads(path.read_text())
+    for name, m in config.problems():
+        key = problem_key(name, m)
+        data = json.loads(path_of(key).read_text())
+        graph, cluster = load_graph(name), Cluster.preset(num_devices=m)
         if "start" not in data:  # made by a version that did not store it
             data["start"] = start_units(graph, cluster, config.start, config.seed).tolist()
-            write_text_atomically(path, json.dumps(data))
-        start = np.asarray(data["start"], np.int64)
-        problems[key] = PlacementProblem(graph, cluster, config.max_devices, start)
+            write_text_atomically(path_of(key), json.dumps(data))
+        problems[key] = PlacementProblem(graph, cluster, config.max_devices, np.asarray(data["start"], np.int64))
 
     def target(key: str) -> dict:
         return json.loads((out / "targets" / f"{key}.json").read_text())
@@ -179,32 +305,37 @@ def pretrain(config: PretrainConfig, out: str | os.PathLike, log=print) -> Path:
             optimizer.load_state_dict(optimizer_state)
     rng = np.random.default_rng(config.seed)
     total_epochs = config.epochs * (1 + config.rounds)
-    settings = GuidedSearchSettings(search_seconds=config.improve_seconds, chains=1)
     while done_epochs < total_epochs:
         round_index = done_epochs // config.epochs
         if done_epochs % config.epochs == 0 and round_index > 0 \
                 and record["stages"].get("improved_round", 0) < round_index:
             # ---- stage 3: the policy proposes, the annealing improves, better placements replace the targets
-            network.eval()
-            better = 0
-            for i, (key, problem) in enumerate(problems.items()):
-                old = target(key)
-                with torch.no_grad():
-                    result = guided_search(network, problem, config.improve_seconds * 2, settings,
-                                           seed=config.seed + round_index, max_rounds=1,
-                                           starts=[problem.start_units])
-                if (result.overflow, result.makespan) < (old["overflow"], old["makespan"]):
-                    better += 1
-                    write_text_atomically(out / "targets" / f"{key}.json", json.dumps(
-                        {"units": result.units.tolist(), "makespan": result.makespan, "overflow": result.overflow,
-                         "source": f"expert iteration round {round_index}"}))
-                if (i + 1) % 20 == 0:
-                    log(f"round {round_index}: improved {better} of {i + 1} expert placements")
+            stage_began = time.perf_counter()
+            policy = policy_path.read_bytes()
+            items = [(key, name, m, problems[key].start_units.tolist(), target(key)["makespan"],
+                      target(key)["overflow"]) for name, m in config.problems() for key in [problem_key(name, m)]]
+            chunks = [items[i:i + IMPROVE_CHUNK] for i in range(0, len(items), IMPROVE_CHUNK)]
+            jobs = [Job(f"round {round_index} chunk {i}", f"round {round_index}: problems {i * IMPROVE_CHUNK + 1}-"
+                        f"{i * IMPROVE_CHUNK + len(chunk)}", improved_targets, (policy, chunk, config, round_index))
+                    for i, chunk in enumerate(chunks)]
+            outcomes = run_jobs(jobs, runner, title="improvement jobs",
+                                describe=lambda found: f"{sum(v is not None for v in found.values())} of "
+                                                       f"{len(found)} improved")
+            failed = failures(outcomes)
+            improved = {key: data for found in outcomes.values() if not isinstance(found, Failure)
+                        for key, data in found.items() if data is not None}
+            if failed:
+                raise RuntimeError(f"round {round_index}: {len(failed)} improvement job(s) failed (rerun to retry)")
+            for key, data in improved.items():  # all or nothing: a failed round leaves the targets as they were
+                write_text_atomically(path_of(key), json.dumps(data))
+            better = len(improved)
+            add_seconds("improvement", stage_began)
             record["stages"]["improved_round"] = round_index
             record["stages"].setdefault("improved", {})[str(round_index)] = better
             save_record()
             network.train()
-        # ---- stage 2: imitation, one epoch
+        # ---- stage 2: imitation, one epoch (in this process: torch uses its cores)
+        stage_began = time.perf_counter()
         keys = list(problems)
         targets = {key: problems[key].labels(np.asarray(target(key)["units"], np.int64)) for key in keys}
         total = 0.0
@@ -215,6 +346,7 @@ def pretrain(config: PretrainConfig, out: str | os.PathLike, log=print) -> Path:
             optimizer.step()
             total += float(loss.detach())
         done_epochs += 1
+        add_seconds("imitation", stage_began)
         record["stages"]["epochs_done"] = done_epochs
         record["stages"].setdefault("loss", []).append(total / len(keys))
         save_policy(network, policy_path, optimizer, info={"pretrain": asdict(config), "epochs": done_epochs,
@@ -239,17 +371,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", choices=POLICY_STARTS, default=defaults.start,
                         help="the placement the policy's observation shows: the best fast classical placement "
                              "(default) or everything on one device")
+    parser.add_argument("--expert-steps", type=int, default=None,
+                        help="annealing steps per expert placement instead of --expert-seconds (the same experts on "
+                             "any machine and under any load)")
     parser.add_argument("--seed", type=int, default=defaults.seed)
+    add_fanout_args(parser)
     args = parser.parse_args(argv)
     try:
         config = PretrainConfig(suites=tuple(args.suites), seeds=args.seeds, devices=tuple(args.devices),
-                                expert_seconds=args.expert_seconds, improve_seconds=args.improve_seconds,
-                                epochs=args.epochs, rounds=args.rounds, start=args.start, seed=args.seed)
+                                expert_seconds=args.expert_seconds, expert_steps=args.expert_steps,
+                                improve_seconds=args.improve_seconds, epochs=args.epochs, rounds=args.rounds,
+                                start=args.start, seed=args.seed)
         check_output_paths(None, args.out)
-        path = pretrain(config, args.out, log=lambda line: print(line, flush=True))
+        fanout = fanout_from_args(args)
+        path = pretrain(config, args.out, log=lambda line: print(line, flush=True), fanout=fanout)
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except RuntimeError as error:  # jobs that failed: what was done is kept
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"interrupted: what was done is kept in {args.out}; rerun the command to resume", file=sys.stderr)
         return 130

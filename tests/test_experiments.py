@@ -29,7 +29,7 @@ def quick(tmp_path_factory):
             calls.append(run)
             return stub_run(run, settings)
 
-        patch.setattr(ex, "run_training", recorded)
+        patch.setattr(ex, "train_run", recorded)
         patch.setattr(ex, "placer_rows", stub_placers)
         assert ex.main(["all", "--quick", "--budget-seconds", "1", "--out", str(out)]) == 0
     out.joinpath("distinct_runs.txt").write_text(str(len({r.key({}) for r in calls})))
@@ -116,7 +116,7 @@ def test_bad_settings_are_refused_before_any_run(tmp_path, capsys, args, message
 def test_rewriting_the_results_file_keeps_sections_the_experiments_do_not_write(tmp_path, monkeypatch):
     results = tmp_path / "RESULTS.md"
     results.write_text("# Results\n\nold intro\n\n## table5\n\nold table\n\n## Memory-bound cells\n\nkept as it is\n")
-    monkeypatch.setattr(ex, "run_training", stub_run)
+    monkeypatch.setattr(ex, "train_run", stub_run)
     monkeypatch.setattr(ex, "placer_rows", stub_placers)
     assert ex.main(["table5", "--quick", "--out", str(tmp_path / "out"), "--results", str(results)]) == 0
     text = results.read_text()

@@ -146,10 +146,11 @@ def test_the_verdict_is_computed_from_the_numbers():
 
 def test_the_benchmark_caches_each_run_and_resumes(tmp_path):
     cells = [Cell("synthetic/1", 2)]
-    markdown, _ = run_benchmark(cells, 0.2, tmp_path, None, ["heft", "anneal"], log=lambda line: None)
+    markdown, _, failed = run_benchmark(cells, 0.2, tmp_path, None, ["heft", "anneal"])
+    assert failed == {}
     cached = tmp_path / "runs" / "synthetic-1_2gpu" / "anneal.json"
     first = json.loads(cached.read_text())
-    run_benchmark(cells, 0.2, tmp_path, None, ["heft", "anneal"], log=lambda line: None)
+    run_benchmark(cells, 0.2, tmp_path, None, ["heft", "anneal"])
     assert json.loads(cached.read_text()) == first  # not run again
     assert (tmp_path / "benchmark.md").read_text() == markdown and (tmp_path / "benchmark.csv").exists()
 
