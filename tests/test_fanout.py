@@ -118,10 +118,10 @@ def worker_pids(driver: int) -> list[int]:
     return [int(c) for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
 
 
-def start_experiment(out: Path, *more: str) -> subprocess.Popen:
+def start_experiment(out: Path, *where: str) -> subprocess.Popen:
     # SIGINT as a terminal gives it (a background shell job would start the child with SIGINT ignored)
     return subprocess.Popen([sys.executable, "-m", "agents.experiments", "table6", "--quick", "--models", "vgg19",
-                             "resnet50", "--out", str(out), "--workers", "2", *more], cwd=ROOT, text=True,
+                             "resnet50", "--out", str(out), *(where or ("--workers", "2"))], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -157,10 +157,19 @@ def test_a_killed_worker_leaves_no_half_run_and_the_experiment_goes_on(tmp_path)
     assert "failed" not in (out / "table6.md").read_text()
 
 
-def test_ctrl_c_stops_the_workers_and_a_rerun_resumes(tmp_path):
+@pytest.mark.parametrize("where", [["--workers", "2"], ["--ray", "--workers", "2"]], ids=["workers", "ray"])
+def test_ctrl_c_stops_the_workers_and_a_rerun_resumes(tmp_path, where):
+    if "--ray" in where:
+        pytest.importorskip("ray")
     out = tmp_path / "out"
-    proc = start_experiment(out)
-    workers = wait_for_busy_workers(proc, out)
+    proc = start_experiment(out, *where)
+    if "--ray" in where:  # Ray's workers are the raylet's children: wait for a first result instead
+        deadline = time.monotonic() + 120
+        while not list((out / "runs").glob("*/results.json")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        workers = []
+    else:
+        workers = wait_for_busy_workers(proc, out)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130 and output.rstrip().endswith("interrupted"), output
@@ -168,9 +177,18 @@ def test_ctrl_c_stops_the_workers_and_a_rerun_resumes(tmp_path):
     assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()
                 and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]]  # stopped, not left running
     done = assert_cache_consistent(out)
+    assert done < 4  # interrupted before the end
     rerun = subprocess.run([sys.executable, "-m", "agents.experiments", "table6", "--quick", "--models", "vgg19",
                             "resnet50", "--out", str(out), "--workers", "2"], cwd=ROOT, text=True,
                            capture_output=True, timeout=300)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert (f"{done} run(s) already in" in rerun.stdout) if done else "already in" not in rerun.stdout
     assert assert_cache_consistent(out) == 4
+
+
+def test_ray_missing_is_one_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as on a machine without the [ray] extra
+    with pytest.raises(SystemExit) as info:
+        ex.main(["table5", "--quick", "--out", str(tmp_path / "out"), "--ray"])
+    assert info.value.code == 2
+    assert "--ray needs Ray: pip install 'device-placement[ray]'" in capsys.readouterr().err
