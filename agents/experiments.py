@@ -115,7 +115,7 @@ class Settings:
     graphs: int = 1
     devices: tuple[int, ...] = DEVICE_COUNTS
     budget_seconds: float = 60.0
-    algo: str = "ppo"
+    algo: str = "guided"
     hidden_dim: int = 64
     expected_moves: float = 1.0
     initial_placement: str = "single"
@@ -608,7 +608,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, nargs="+", help="device counts (default 3 5 8)")
     parser.add_argument("--budget-seconds", type=float, help="search budget per run (default 60)")
     parser.add_argument("--algo", choices=("ppo", "a2c", "reinforce", "guided"),
-                        help="training algorithm (default ppo, as RESULTS.md was measured; guided: docs/learned.md)")
+                        help="training algorithm (default guided, the learned placer of docs/learned.md, as "
+                             "RESULTS.md was measured; ppo gives the tables of experiments/ppo/)")
     parser.add_argument("--hidden-dim", type=int, help="encoder width (default 64)")
     parser.add_argument("--expected-moves", type=float, help="the head's stay prior (default 1; 0: off)")
     parser.add_argument("--initial-placement", help="where episodes start (default single)")
