@@ -5,8 +5,10 @@ Two ways, both from a policy made by :mod:`agents.pretrain` (the shipped one by 
 * **zero-shot** (``--zero-shot``): one forward pass of the policy, ``samples`` placements drawn from it and judged
   in one simulator call, the best kept (when every one is out of memory, the best is repaired as the classical
   placers' placements are). About a second.
-* **fine-tuned** (the default, ``--budget-seconds``, default 10 s): the guided search
-  (:func:`agents.guided_search.guided_search`) on this graph for the budget: the policy proposes, the annealing
+* **fine-tuned** (the default, ``--budget-seconds``, default 10 s): first :data:`EXPLORE_SHARE` of the budget
+  anneals from each of the :data:`EXPLORE_STARTS` best starts (the best zero-shot proposal and the fast classical
+  placers' placements: the best start is often not the best basin), then the guided search
+  (:func:`agents.guided_search.guided_search`) on this graph for the rest: the policy proposes, the annealing
   improves (in each round, a short chain from the best proposal and a longer one continuing the best placement
   found, on one cooling schedule over the whole budget), the policy learns from the best placements found. The
   search also starts from the placements of the fast classical placers (those the ``anneal`` placer starts from),
@@ -47,6 +49,8 @@ DEFAULT_SAMPLES = 512
 # by python benchmarks/learned_settings.py --policy agents/pretrained/policy.zip (numbers in docs/learned.md):
 ZERO_SHOT_TEMPERATURE = 0.25  # sharper than the policy's own (1.0): below its start placement more often
 ROUNDS_PER_BUDGET = 8  # a round anneals for about a quarter of the budget (two chains of budget/8 s each) ...
+EXPLORE_SHARE = 0.6  # the part of the budget first spent annealing from each of the EXPLORE_STARTS best starts
+EXPLORE_STARTS = 3  # (the zero-shot proposal and the fast placers' placements), so that the search sees their basins
 INCUMBENT_SHARE: float | None = 0.75  # ... 3/4 of it continuing the best placement on one cooling schedule over
 #                                       the whole budget, 1/4 from the round's best proposal
 
@@ -199,6 +203,14 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
     else:
         classical = classical_starts(problem.graph, cluster, seed) if use_classical_starts else []
         starts = [rows[best]] + classical
+        if EXPLORE_SHARE > 0 and len(starts) > 1:
+            from baselines.anneal import anneal_units
+
+            order = np.lexsort(problem.judge(np.stack(starts))[::-1])[:EXPLORE_STARTS]
+            seconds = EXPLORE_SHARE * budget / len(order)
+            for i in order:
+                found = anneal_units(problem.graph, cluster, starts[i], seed, seconds)
+                starts.append(problem.graph.unit_placement(found.placement))
         optimizer = torch.optim.Adam(network.parameters(), lr=1e-3) if learn else None
         settings = GuidedSearchSettings(search_seconds=max(0.5, budget / ROUNDS_PER_BUDGET), chains=2,
                                         incumbent_share=INCUMBENT_SHARE)

@@ -74,9 +74,10 @@ def main() -> int:
             sim = Simulator(g, c)
             row = [sim.run(placers_with_budget(args.budget_seconds)["anneal"](g, c, 0))[0]]
             for schedule in args.schedules:
-                share, rounds = schedule.split(":")
+                share, rounds, *explore = schedule.split(":")
                 learned.INCUMBENT_SHARE = None if share == "none" else float(share)
                 learned.ROUNDS_PER_BUDGET = int(rounds)
+                learned.EXPLORE_SHARE = float(explore[0]) if explore else 0.0
                 row.append(learned.place(g, c, network, args.budget_seconds).makespan)
             rows.append(row)
             print(f"{name} {m} GPUs: anneal {row[0] * 1e3:.3f} ms, fine-tuned "
