@@ -616,8 +616,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", choices=REAL_MODELS, help="table6's models (default all six)")
     parser.add_argument("--model-devices", type=int, help="table6's device count (default 8)")
     parser.add_argument("--out", type=Path, help="output folder (default experiments/)")
-    parser.add_argument("--timesteps", type=int, help="also stop each run after this many environment steps (for "
-                                                           "runs that give the same numbers on any machine)")
+    parser.add_argument("--timesteps", type=int, help="also stop each run after this many environment steps (with "
+                                                           "--algo ppo, a2c or reinforce: runs that give the same "
+                                                           "numbers on any machine; the guided search's annealing is "
+                                                           "timed)")
     parser.add_argument("--results", type=Path, help="also write every table of this invocation to this file")
     add_fanout_args(parser)
     args = parser.parse_args(argv)

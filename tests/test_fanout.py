@@ -79,11 +79,13 @@ def test_bad_fanout_settings_are_refused_before_any_run(tmp_path, capsys, args, 
 
 
 def test_experiment_runs_give_the_same_results_in_process_in_workers_and_on_ray(tmp_path, ray_local):
-    """Step-limited runs (--timesteps): the same curve, placement and numbers wherever they train."""
+    """Step-limited PPO runs (--timesteps): the same curve, placement and numbers wherever they train (the guided
+    search's annealing is timed, so its runs differ from one run to the next anyway)."""
     runs = [ex.Run(encoder, "synthetic/3", 3, 0) for encoder in ("fadp-gt", "gcn")]
     records = []
     for i, fanout in enumerate((IN_PROCESS, FanOut(workers=2), ray_local)):
-        settings = ex.Settings(seeds=1, budget_seconds=60, hidden_dim=16, timesteps=48, out=tmp_path / str(i))
+        settings = ex.Settings(seeds=1, budget_seconds=60, algo="ppo", hidden_dim=16, timesteps=48,
+                               out=tmp_path / str(i))
         assert ex.fan_out(runs, settings, fanout) == {}
         records.append([(without_timing(json.loads((ex.run_folder(r, settings) / "results.json").read_text())),
                          (ex.run_folder(r, settings) / "placement.json").read_text()) for r in runs])
