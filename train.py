@@ -9,13 +9,15 @@
 
 A thin command line over :func:`agents.training.train` (see :mod:`agents.training.run` for what a run does
 and what its search time counts). Outputs in ``--out``: ``placement.json`` (the spec's placement format),
-``results.json``, ``learning_curve.png``, ``gantt.png``, ``checkpoint.zip`` and TensorBoard logs.
+``results.json``, ``learning_curve.png``, ``gantt.png``, ``checkpoint.zip`` and TensorBoard logs. The closing
+table compares the run with the fast classical placers and with ``local-search`` and ``anneal`` given the run's
+own search time (``--no-compare-searches`` leaves those out).
 
-The default algorithm, ``guided`` (:mod:`agents.guided`), has the policy propose many placements per forward
-pass, anneals the best, and trains the policy to imitate the best placements found (docs/learned.md); its
-``--timesteps`` are proposals. For PPO, A2C and REINFORCE, ``--expected-moves 1`` (the default) adds the head's
-stay prior (``agents/heads.py``), so an untrained policy moves about one unit per step instead of re-drawing
-every unit uniformly; ``--expected-moves 0`` is the spec's head exactly.
+The default algorithm, ``guided`` (:mod:`agents.algorithms.guided_search`), has the policy propose many placements
+per forward pass, anneals the best, and trains the policy to imitate the best placements found (docs/learned.md);
+its ``--timesteps`` are proposals. For PPO, A2C and REINFORCE, ``--expected-moves 1`` (the default) adds the head's
+stay prior (:mod:`agents.policies.heads`), so an untrained policy moves about one unit per step instead of
+re-drawing every unit uniformly; ``--expected-moves 0`` is the spec's head exactly.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 ALGORITHMS = ("ppo", "a2c", "reinforce", "maskable-ppo", "guided")
 
@@ -64,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/latest", help="output folder (default runs/latest)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint in --out (without one: a new policy, with a notice)")
+    p.add_argument("--no-compare-searches", dest="compare_searches", action="store_false",
+                   help="leave local-search and anneal (given the run's own search time) out of the closing comparison")
     p.add_argument("--progress", choices=("auto", "bar", "lines", "off"), default="auto",
                    help="a bar (in a terminal), a line every 5 s with the best makespan so far, or nothing "
                         "(default auto: the bar in a terminal, lines otherwise)")
@@ -71,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace):  # -> agents.training.TrainConfig
-    from agents.training import TrainConfig, parse_encoder_options
+    from agents.training import TrainConfig, parse_encoder_options  # after argparse, so --help stays fast
 
     fields = {k: v for k, v in vars(args).items() if k not in ("encoder_option", "progress")}
     progress = ("bar" if sys.stderr.isatty() else "lines") if args.progress == "auto" else args.progress
@@ -81,21 +86,39 @@ def config_from_args(args: argparse.Namespace):  # -> agents.training.TrainConfi
 def main(argv: list[str] | None = None) -> int:
     config = config_from_args(build_parser().parse_args(argv))  # bad arguments fail here, before torch loads
     config.problem()  # and a missing graph, cluster file or unwritable --out
-    from agents.training import train
+    from agents.training import train  # torch: loaded once the input is checked
 
+    if Path(config.out, "results.json").exists() and not config.resume:
+        print(f"notice: {config.out}/ holds an earlier run; this run replaces its outputs (--out DIR keeps both, "
+              "--resume continues it)", file=sys.stderr)
     result = train(config)
-    record = result.record
-    print(f"{result.graph}: {record['encoder']} + {record['algo']}, {result.steps} steps, "
-          f"{result.search_seconds:.1f} s of search on {os.cpu_count()} CPU cores")
-    print(f"{'placement':<22} {'makespan (ms)':>14}")
-    print(f"{'best found':<22} {result.makespan * 1e3:>14.3f}  ({result.lb_ratio:.3f} x lower bound"
-          f"{', OOM' if result.oom else ''})")
-    for name, value in record["baselines"].items():
-        shown = f"{value * 1e3:>14.3f}" if isinstance(value, float) else f"  {value}"
-        print(f"{name:<22} {shown}")
-    print(f"{'lower bound':<22} {result.lower_bound * 1e3:>14.3f}")
-    print(f"outputs in {result.out}/")
+    print(closing_table(result))
     return 130 if result.interrupted else 0  # Ctrl-C: the outputs are written, and the status says it
+
+
+def closing_table(result) -> str:  # result: agents.training.RunResult
+    """The run's best placement beside every compared placer (the search placers had the run's budget), the lower
+    bound, and how the run stands against the strongest classical result, whichever wins."""
+    record = result.record
+    budget = record.get("search_baseline_seconds")
+    lines = [f"{result.graph}: {record['encoder']} + {record['algo']}, {result.steps} steps, "
+             f"{result.search_seconds:.1f} s of search on {os.cpu_count()} CPU cores",
+             f"{'placement':<26} {'makespan (ms)':>14}",
+             f"{'best found':<26} {result.makespan * 1e3:>14.3f}  ({result.lb_ratio:.3f} x lower bound"
+             f"{', OOM' if result.oom else ''})"]
+    for name, value in record["baselines"].items():
+        label = f"{name} ({budget:g} s)" if budget is not None and name in ("local-search", "anneal") else name
+        lines.append(f"{label:<26} " + (f"{value * 1e3:>14.3f}" if isinstance(value, float) else f"  {value}"))
+    lines.append(f"{'lower bound':<26} {result.lower_bound * 1e3:>14.3f}")
+    timed = {name: v for name, v in record["baselines"].items() if isinstance(v, float)}
+    if timed and not result.oom:
+        name = min(timed, key=timed.__getitem__)
+        change = result.makespan / timed[name] - 1.0
+        verdict = "below" if change < 0 else "above" if change > 0 else "level with"
+        lines.append(f"the run's best is {abs(change):.1%} {verdict} the strongest classical placer, {name} "
+                     f"({timed[name] * 1e3:.3f} ms)")
+    lines.append(f"outputs in {result.out}/")
+    return "\n".join(lines)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -112,7 +135,7 @@ def run(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a graph / cluster file not found, an output that cannot be written
-        from placement_env.cli import os_error_message
+        from placement_env.cli import os_error_message  # as build_parser: loaded late, inside the error contract
 
         print(f"error: {os_error_message(exc)}", file=sys.stderr)
         return 2

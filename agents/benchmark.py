@@ -1,270 +1,29 @@
 """The benchmark that settles it: ``python -m agents.benchmark``, every method on held-out cells at one budget.
 
-Cells: the ptb, cifar10 and nmt graphs of seeds 100-104 (never used in pretraining) on 3, 5 and 8 devices, and
-the six real models on 8 devices (``--graph`` files and ``--cluster`` add or replace them). Methods, each on every
-cell:
+    python -m agents.benchmark --budget-seconds 10 --out experiments/benchmark --workers 2
+    python -m agents.benchmark --graph my_model.json --devices 4 --methods heft,anneal,fine-tuned
 
-* every fast classical placer of ``baselines`` (``single`` ... ``split``), as they are;
-* ``local-search`` and ``anneal`` with ``--budget-seconds`` each (their start placers included);
-* ``learned-scratch``: the guided search (:func:`agents.place.place`) with an untrained policy, same budget;
-* ``zero-shot``: the pretrained policy, one forward pass and the best of its samples;
-* ``fine-tuned``: the pretrained policy fine-tuned on the cell, same budget.
-
-Each result is cached (written atomically) in ``--out/runs/<cell>/<method>.json``, so an interrupted benchmark
-resumes where it stopped. ``--out/benchmark.md`` (a table of makespan / lower bound per cell, ``OOM`` marked,
-and the verdict) and ``--out/benchmark.csv`` are written at the end. The verdict counts the cells where the
-fine-tuned learned placer is at or below the best non-learned method, and by how much it is above or below.
+A thin command line over :func:`agents.paper.benchmark.run_benchmark` (the cells, the methods, the cache and the
+verdict: there). Exit status 0, 1 when a method failed on some cell (left out of the table), 2 after one
+``error:`` line (bad input), 130 on Ctrl-C.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from agents.fanout import (
-    IN_PROCESS,
-    FanOut,
-    Job,
-    JobRunner,
-    add_fanout_args,
-    failures,
-    fanout_from_args,
-    open_runner,
-    run_jobs,
-)
+from agents.jobs import add_fanout_args, fanout_from_args, open_runner
+from agents.paper.benchmark_cells import HELD_OUT_SEEDS, REAL, SUITES, Cell, methods
 from placement_env.checks import checked_finite
 from placement_env.cli import OneLineParser, check_output_paths, run_cli
 from placement_env.cluster import Cluster
-from placement_env.json_files import write_text_atomically
-
-HELD_OUT_SEEDS = tuple(range(100, 105))
-SUITES = ("ptb", "cifar10", "nmt")
-REAL_MODELS = ("vgg19", "inception_v3", "resnet50", "resnet101", "nasnet_large", "pnasnet_large")
-SEARCHES = ("local-search", "anneal")
-LEARNED = ("learned-scratch", "zero-shot", "fine-tuned")
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One benchmark cell: a graph (name or file) on a cluster (``devices`` identical devices, or a file)."""
-
-    graph: str
-    devices: int | None = None
-    cluster_file: str | None = None
-
-    @property
-    def key(self) -> str:
-        where = Path(self.cluster_file).stem if self.cluster_file else f"{self.devices}gpu"
-        graph = Path(self.graph).name.removesuffix(".gz").removesuffix(".json") if Path(self.graph).suffix in (
-            ".json", ".gz") else self.graph.replace("/", "-")
-        return f"{graph}_{where}"
-
-    def load(self):
-        from placement_env.zoo.registry import load_graph
-
-        cluster = Cluster.from_json(self.cluster_file) if self.cluster_file else Cluster.preset(
-            num_devices=self.devices or 3)
-        return load_graph(self.graph), cluster
-
-
-def held_out_cells(seeds: tuple[int, ...] = HELD_OUT_SEEDS, devices: tuple[int, ...] = (3, 5, 8),
-                   real_devices: int = 8) -> list[Cell]:
-    """The benchmark's default cells (module docstring)."""
-    cells = [Cell(f"{suite}/{seed}", m) for suite in SUITES for seed in seeds for m in devices]
-    return cells + [Cell(model, real_devices) for model in REAL_MODELS]
-
-
-def run_method(method: str, cell: Cell, budget_seconds: float, policy: str | None, seed: int = 0) -> dict:
-    """Run one method on one cell; its record: ``makespan`` (s), ``overflow`` (bytes), ``seconds`` (wall-clock),
-    ``lower_bound`` (s), or ``error`` when the method found no placement."""
-    # torch and the learned placer are imported before the clock starts: a process pays for them once, not per method
-    import torch  # noqa: F401
-
-    from baselines.memory import PlacementInfeasibleError
-    from baselines.placers import CONSTRUCTIVE, search_placers
-    from placement_env.sim.simulator import Simulator, lower_bound
-
-    from . import place as _place  # noqa: F401
-    from . import policy_file as _policy_file  # noqa: F401
-
-    graph, cluster = cell.load()
-    simulator = Simulator(graph, cluster)
-    simulator.run(np.zeros(graph.num_nodes, np.int64))  # compiled before the clock starts, as torch is imported
-    record: dict = {"method": method, "cell": cell.key, "budget_seconds": budget_seconds,
-                    "lower_bound": float(lower_bound(graph, cluster))}
-    began = time.perf_counter()
-    try:
-        if method in CONSTRUCTIVE or method in SEARCHES:
-            placer = CONSTRUCTIVE[method] if method in CONSTRUCTIVE else search_placers(budget_seconds)[method]
-            placement = placer(graph, cluster, seed)
-        else:
-            from .place import place
-
-            if method == "learned-scratch":
-                from .policy_file import new_network
-
-                result = place(graph, cluster, new_network(), budget_seconds, seed=seed)
-            else:
-                result = place(graph, cluster, policy, budget_seconds, zero_shot=method == "zero-shot", seed=seed)
-            placement = result.placement
-    except PlacementInfeasibleError as error:
-        record.update(error=str(error), seconds=time.perf_counter() - began)
-        return record
-    seconds = time.perf_counter() - began
-    makespan, peak, _ = simulator.run(placement)
-    record.update(makespan=float(makespan), overflow=float(np.maximum(0.0, peak - cluster.memory).sum()),
-                  seconds=seconds)
-    return record
-
-
-def methods(include_learned: bool = True) -> list[str]:
-    """Every benchmarked method, classical first."""
-    from baselines.placers import CONSTRUCTIVE
-
-    return list(CONSTRUCTIVE) + list(SEARCHES) + (list(LEARNED) if include_learned else [])
-
-
-def ratio(record: dict) -> float:
-    """makespan / lower bound; infinite for a placement out of memory or none."""
-    if "makespan" not in record or record.get("overflow", 0) > 0:
-        return float("inf")
-    return record["makespan"] / record["lower_bound"]
-
-
-def verdict(table: dict[str, dict[str, dict]]) -> dict:
-    """What the numbers say (per cell: the best non-learned makespan, the learned ones against it)."""
-    non_learned = [m for m in next(iter(table.values())) if m not in LEARNED]
-    out: dict = {"cells": len(table)}
-    for learned, against in (("fine-tuned", "best"), ("zero-shot", "heft"), ("learned-scratch", "best")):
-        gaps, oom_where_feasible = [], 0
-        for row in table.values():
-            if learned not in row:
-                continue
-            ref = min(ratio(row[m]) for m in non_learned) if against == "best" else ratio(row["heft"])
-            mine = ratio(row[learned])
-            if mine == float("inf") and ref < float("inf"):
-                oom_where_feasible += 1
-            if ref < float("inf"):
-                gaps.append(mine / ref - 1.0)
-        gaps_a = np.array(gaps) if gaps else np.zeros(0)
-        out[learned] = {"against": against, "cells": len(gaps), "at_or_below": int(np.sum(gaps_a <= 1e-9)),
-                        "mean_gap": float(np.mean(gaps_a[np.isfinite(gaps_a)])) if gaps else None,
-                        "worst_gap": float(np.max(gaps_a)) if gaps else None,
-                        "oom_where_a_classical_placer_fits": oom_where_feasible}
-    return out
-
-
-def format_report(table: dict[str, dict[str, dict]], budget_seconds: float, command: str) -> tuple[str, str]:
-    """``(markdown, csv)`` of the results."""
-    names = list(next(iter(table.values())))
-    lines = [f"Command: `{command}`", "",
-             f"makespan / lower bound per cell (lower is better; OOM: out of memory; -: no placement); search "
-             f"methods had {budget_seconds:g} s each. Bold: the best non-learned method of the row.", "",
-             "| cell | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["cell", "method", "makespan_ms", "lower_bound_ms", "ratio", "oom", "seconds"])
-    for cell, row in table.items():
-        best = min(ratio(row[m]) for m in names if m not in LEARNED)
-        cells = []
-        for m in names:
-            r = row[m]
-            if "makespan" not in r:
-                text = "-"
-            elif r["overflow"] > 0:
-                text = "OOM"
-            else:
-                text = f"{ratio(r):.3f}"
-                if ratio(r) == best and m not in LEARNED:
-                    text = f"**{text}**"
-            cells.append(text)
-            writer.writerow([cell, m, f"{r['makespan'] * 1e3:.4f}" if "makespan" in r else "",
-                             f"{r['lower_bound'] * 1e3:.4f}", f"{ratio(r):.4f}", int(r.get("overflow", 0) > 0),
-                             f"{r['seconds']:.2f}"])
-        lines.append(f"| {cell} | " + " | ".join(cells) + " |")
-    v = verdict(table)
-    lines += ["", "Seconds used per method (mean over cells): " + ", ".join(
-        f"{m} {np.mean([row[m]['seconds'] for row in table.values()]):.1f}" for m in names), "", "Verdict:"]
-    for learned in LEARNED:
-        s = v[learned]
-        if not s["cells"]:
-            continue
-        what = "the best non-learned method" if s["against"] == "best" else "HEFT"
-        lines.append(f"- {learned}: at or below {what} in {s['at_or_below']} of {s['cells']} cells "
-                     f"({100 * s['at_or_below'] / s['cells']:.0f}%); mean gap {100 * s['mean_gap']:+.2f}%, worst "
-                     f"{100 * s['worst_gap']:+.2f}%; out of memory where a classical placer fits: "
-                     f"{s['oom_where_a_classical_placer_fits']}")
-    return "\n".join(lines) + "\n", buffer.getvalue()
-
-
-def cached_record(path: Path, budget_seconds: float) -> dict | None:
-    """A method's cached record on a cell, when it was measured with this budget."""
-    if path.exists():
-        record = json.loads(path.read_text())
-        if record.get("budget_seconds") == budget_seconds:
-            return record
-    return None
-
-
-def describe_record(record: dict) -> str:
-    """A finished method in the progress lines."""
-    measured = f"{ratio(record):.3f} x lower bound" if "makespan" in record else "no placement"
-    return f"{measured} in {record['seconds']:.1f} s"
-
-
-def run_benchmark(cells: list[Cell], budget_seconds: float, out: Path, policy: str | None,
-                  method_names: list[str], where: FanOut | JobRunner = IN_PROCESS) -> tuple[str, str, dict[str, str]]:
-    """Run (or resume) every method on every cell where ``where`` says; returns the report (also written to
-    ``out``) and ``{cell/method: why}`` of the methods that failed (left out of the table)."""
-    def path_of(cell: Cell, method: str) -> Path:
-        return out / "runs" / cell.key / f"{method}.json"
-
-    jobs = []
-    for cell in cells:
-        # files as absolute paths: workers (Ray's too) start in other folders
-        movable = Cell(cell.graph if not Path(cell.graph).is_file() else str(Path(cell.graph).resolve()),
-                       cell.devices, cell.cluster_file and str(Path(cell.cluster_file).resolve()))
-        for method in method_names:
-            if cached_record(path_of(cell, method), budget_seconds) is None:
-                jobs.append(Job(f"{cell.key}/{method}", f"{cell.key} {method}", run_method,
-                                (method, movable, budget_seconds, policy and str(Path(policy).resolve()))))
-    if jobs:
-        fanout = where.fanout if isinstance(where, JobRunner) else where
-        print(f"running {len(jobs)} method(s) on cells in {fanout.describe()}", flush=True)
-
-    def write(job: Job, record: dict) -> None:
-        path = path_of(job.args[1], job.args[0])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(path, json.dumps(record, indent=1))
-
-    failed = failures(run_jobs(jobs, where, on_done=write, describe=describe_record, title="methods"))
-    table: dict[str, dict[str, dict]] = {}
-    for cell in cells:
-        row = table.setdefault(cell.key, {})
-        for method in method_names:
-            record = cached_record(path_of(cell, method), budget_seconds)
-            if record is not None:
-                row[method] = record
-    table = {key: row for key, row in table.items() if set(row) == set(method_names)}
-    command = "python -m agents.benchmark " + " ".join(sys.argv[1:])
-    markdown, table_csv = format_report(table, budget_seconds, command) if table else ("no cell finished\n", "")
-    if failed:
-        markdown += ("\nLeft out, as a method failed there (rerun to retry): "
-                     + "; ".join(f"{key} ({why})" for key, why in failed.items()) + "\n")
-    write_text_atomically(out / "benchmark.md", markdown)
-    write_text_atomically(out / "benchmark.csv", table_csv)
-    return markdown, table_csv, failed
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m agents.benchmark", description=__doc__.splitlines()[0])
+    """Run the command (``argv``: its arguments); 0, 1 when a method failed somewhere, 2 after one ``error:``
+    line."""
+    parser = OneLineParser(prog="python -m agents.benchmark", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--budget-seconds", type=float, default=60.0,
                         help="wall-clock seconds for each search method on each cell (default 60)")
     parser.add_argument("--out", default="runs/benchmark", help="output folder (results cached there)")
@@ -297,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             cells = [Cell(f"{suite}/{seed}", None if args.cluster else m, args.cluster) for suite in SUITES
                      for seed in args.seeds for m in ([None] if args.cluster else args.devices)]
             if not args.no_real:
-                cells += [Cell(model, None if args.cluster else 8, args.cluster) for model in REAL_MODELS]
+                cells += [Cell(model, None if args.cluster else 8, args.cluster) for model in REAL]
         names = methods()
         if args.methods:
             asked = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -307,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
             names = asked
         if args.policy is not None and not Path(args.policy).is_file():
             raise ValueError(f"--policy: no such file: {args.policy!r}")
-        with open_runner(fanout_from_args(args), preload=("agents.benchmark", "agents.place")) as runner:
+        fanout = fanout_from_args(args)
+        from agents.paper.benchmark import run_benchmark  # torch: loaded once the input is checked
+
+        with open_runner(fanout, preload=("agents.paper.benchmark",)) as runner:
             markdown, _, failed = run_benchmark(cells, budget, Path(args.out), args.policy, names, runner)
         print(markdown)
         if failed:

@@ -1,5 +1,7 @@
 """Names the command lines check before anything heavy is imported (torch takes seconds to load)."""
 
+from placement_env.checks import checked_option
+
 SB3_ALGORITHMS = ("ppo", "a2c", "maskable-ppo")
 ALGORITHMS = SB3_ALGORITHMS + ("reinforce", "guided")
 # the registry's names (graph_encoders.list_encoders(); tests/test_encoders.py holds the two equal)
@@ -25,8 +27,6 @@ ENCODER_OPTION_SMALLEST = {"dense_limit": 0}  # integer options are sizes and co
 
 def check_encoder_options(encoder: str, options: dict) -> None:
     """Refuse an option ``encoder`` does not have, or a value of the wrong kind, naming it (without torch)."""
-    from placement_env.checks import checked_option
-
     accepted = ENCODER_OPTIONS[encoder]
     for key, value in options.items():
         if key not in accepted:

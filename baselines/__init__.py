@@ -9,7 +9,7 @@ simulator (:mod:`baselines.memory_repair`).
 
 from __future__ import annotations
 
-from baselines.anneal import AnnealSettings, anneal
+from baselines.anneal import AnnealConfig, AnnealSettings, anneal
 from baselines.critical_path import critical_path_first
 from baselines.heft import heft
 from baselines.local_search import RefineResult, local_search_from, refine
@@ -22,7 +22,7 @@ from baselines.placers import PLACERS, feasible_start, list_placers, place, plac
 from baselines.simple import random_placement, round_robin, single_device
 from baselines.split import split
 
-__all__ = ["PLACERS", "AnnealSettings", "MemoryBudget", "PlacementInfeasibleError", "Placer", "RefineResult",
-           "anneal", "critical_path_first", "feasible_start", "heft", "list_placers", "local_search_from", "m_etf",
-           "m_topo", "metis", "place", "placers_with_budget", "random_placement", "refine", "repair_memory",
-           "round_robin", "single_device", "split", "unit_demand", "within_memory"]
+__all__ = ["PLACERS", "AnnealConfig", "AnnealSettings", "MemoryBudget", "PlacementInfeasibleError", "Placer",
+           "RefineResult", "anneal", "critical_path_first", "feasible_start", "heft", "list_placers",
+           "local_search_from", "m_etf", "m_topo", "metis", "place", "placers_with_budget", "random_placement",
+           "refine", "repair_memory", "round_robin", "single_device", "split", "unit_demand", "within_memory"]

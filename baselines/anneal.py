@@ -18,10 +18,7 @@ worse in memory overflow are drawn (a start out of memory first takes the least 
 memory stays within memory. The best placement seen is returned.
 
 The search stops after ``time_budget`` seconds, or after ``max_steps`` steps when given (deterministic, for
-tests). Settings were chosen on ``cifar10/0``, ``synthetic/0`` and ``nmt/1`` at 3 GPUs with 5-s budgets (the
-held-out graphs of the learned-placer benchmark were not used): batches of 64 (40% moves, 20% swaps, 40%
-blocks of 2 to 12 units), ``t_start`` 0.001 and ``t_end`` 0.00001 (of the temperatures tried, 0.02-0.1 at the
-start wandered off and ended worse; 0.001 ended level with a greedy walk over equal-makespan plateaus or better).
+tests). The defaults of :class:`AnnealConfig` and how they were chosen: ``docs/placers.md``.
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ from .starts import best_of_starts
 
 
 @dataclass(frozen=True)
-class AnnealSettings:
+class AnnealConfig:
     """The annealing's knobs (see the module docstring); temperatures are relative makespan increases."""
 
     batch: int = 64
@@ -79,7 +76,7 @@ def nearest_units(graph: ComputationGraph, count: int) -> list[np.ndarray]:
 
 def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndarray, seed: int = 0,
                  time_budget: float | None = 5.0, max_steps: int | None = None,
-                 settings: AnnealSettings = AnnealSettings()) -> RefineResult:
+                 config: AnnealConfig = AnnealConfig()) -> RefineResult:
     """Anneal from ``start_units`` (a device per unit); returns the best placement seen (a device per node) with its
     makespan (s), overflow (bytes), steps taken, evaluations and the best makespan after each step."""
     if time_budget is None and max_steps is None:
@@ -99,19 +96,19 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
     history, evaluations, steps = [cur_mk], 1, 0
     if m < 2 or nu == 0:
         return RefineResult(graph.expand_unit_placement(best), cur_mk, cur_over, 0, evaluations, history)
-    near = nearest_units(graph, settings.block_max - 1)
-    n_moves = int(settings.batch * settings.move_share)
-    n_swaps = int(settings.batch * settings.swap_share)
+    near = nearest_units(graph, config.block_max - 1)
+    n_moves = int(config.batch * config.move_share)
+    n_swaps = int(config.batch * config.swap_share)
     start = time.perf_counter()
     while True:
         elapsed = time.perf_counter() - start
         if (max_steps is not None and steps >= max_steps) or (time_budget is not None and elapsed >= time_budget):
             break
         progress = steps / max_steps if max_steps is not None else elapsed / float(time_budget)  # type: ignore[arg-type]
-        temperature = settings.t_start * (settings.t_end / settings.t_start) ** min(progress, 1.0)
-        rows = np.repeat(current[None, :], settings.batch, axis=0)
-        moved = rng.integers(0, nu, settings.batch)
-        target = (current[moved] + rng.integers(1, m, settings.batch)) % m
+        temperature = config.t_start * (config.t_end / config.t_start) ** min(progress, 1.0)
+        rows = np.repeat(current[None, :], config.batch, axis=0)
+        moved = rng.integers(0, nu, config.batch)
+        target = (current[moved] + rng.integers(1, m, config.batch)) % m
         rows[np.arange(n_moves), moved[:n_moves]] = target[:n_moves]
         for r in range(n_moves, n_moves + n_swaps):
             a = moved[r]
@@ -119,13 +116,13 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
             if others.size:
                 b = others[rng.integers(others.size)]
                 rows[r, a], rows[r, b] = current[b], current[a]
-        for r in range(n_moves + n_swaps, settings.batch):
+        for r in range(n_moves + n_swaps, config.batch):
             a = moved[r]
-            block = near[a][: rng.integers(1, settings.block_max)]
+            block = near[a][: rng.integers(1, config.block_max)]
             rows[r, a] = target[r]
             rows[r, block] = target[r]
         mk, over = judge(rows)
-        evaluations += settings.batch
+        evaluations += config.batch
         steps += 1
         allowed = over <= cur_over
         if over.min() < cur_over:  # out of memory: the least overflow first
@@ -137,7 +134,7 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
             scale = max(cur_mk, 1e-300) * temperature
             logits = np.where(allowed, -(mk - cur_mk) / scale, -np.inf)
             weights = np.exp(logits - logits.max())
-            j = int(rng.choice(settings.batch, p=weights / weights.sum()))
+            j = int(rng.choice(config.batch, p=weights / weights.sum()))
         current, cur_mk, cur_over = rows[j], float(mk[j]), float(over[j])
         if (cur_over, cur_mk) < best_key:
             best, best_key = current.copy(), (cur_over, cur_mk)
@@ -146,30 +143,25 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
 
 
 def anneal(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, time_budget: float | None = 5.0,
-           max_steps: int | None = None, settings: AnnealSettings = AnnealSettings()) -> RefineResult:
+           max_steps: int | None = None, config: AnnealConfig = AnnealConfig()) -> RefineResult:
     """:func:`anneal_units` from ``placement`` (a device per node, colocation honoured)."""
     p = check_placement(graph, placement, cluster)
-    return anneal_units(graph, cluster, graph.unit_placement(p), seed, time_budget, max_steps, settings)
+    return anneal_units(graph, cluster, graph.unit_placement(p), seed, time_budget, max_steps, config)
 
 
 ANNEAL_SECONDS = 4.0  # the default budget of the ``anneal`` placer
 
 
 def anneal_from_best(start_placers: dict, budget_seconds: float = ANNEAL_SECONDS, starts: int = 3,
-                     settings: AnnealSettings = AnnealSettings()):
+                     config: AnnealConfig = AnnealConfig()):
     """A placer: :func:`anneal_units` from each of the ``starts`` fastest placements of ``start_placers`` that fit
     in memory (:func:`~baselines.starts.ranked_starts`), each for an equal share of what the start placers leave of
-    ``budget_seconds``; the best result.
-
-    Measured on tuning graphs (``python benchmarks/search_starts.py --search anneal``: 8 graphs x {3, 8} GPUs,
-    5 s): from the 3 best starts with a third of the budget each, the result is at or below the result from
-    HEFT's placement with the whole budget in 12 of 16 cells, 1.8% lower on average; from the single best start,
-    12 of 16 and 0.5%.
+    ``budget_seconds``; the best result. Why 3 starts: ``docs/placers.md``.
     """
 
     def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
         def search(placement: np.ndarray, seconds: float | None) -> RefineResult:
-            return anneal_units(graph, cluster, graph.unit_placement(placement), seed, seconds, settings=settings)
+            return anneal_units(graph, cluster, graph.unit_placement(placement), seed, seconds, config=config)
 
         return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds)
 
@@ -177,3 +169,6 @@ def anneal_from_best(start_placers: dict, budget_seconds: float = ANNEAL_SECONDS
     placer.__doc__ = (f"simulated annealing for {budget_seconds:g} s in all from the {starts} best of "
                       f"{', '.join(start_placers)}")
     return placer
+
+
+AnnealSettings = AnnealConfig  # the name before 0.2.0, still importable (CHANGELOG)

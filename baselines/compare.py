@@ -14,6 +14,8 @@ from placement_env.sim.simulator import SimulationResult, lower_bound, simulate
 
 from .memory import PlacementInfeasibleError
 
+FAST_COMPARED = ("single", "heft", "m-etf", "metis")  # the fast placers a learned placement is printed beside
+
 
 @dataclass
 class ComparisonRow:
@@ -79,3 +81,9 @@ def format_table(rows: list[ComparisonRow], graph: ComputationGraph, cluster: Cl
         lines.append(f"{r.placer:<14} {r.makespan * 1e3:>13.3f} {r.lb_ratio:>6.3f} {r.max_memory_ratio:>14.3f} "
                      f"{'yes' if r.oom else 'no':>4} {r.place_seconds:>9.3f}")
     return "\n".join(lines)
+
+
+def best_row(rows: list[ComparisonRow]) -> ComparisonRow | None:
+    """The fastest row within memory (None when no placer placed the graph within memory)."""
+    fitting = [r for r in rows if r.makespan is not None and not r.oom]
+    return min(fitting, key=lambda r: r.makespan or 0.0) if fitting else None

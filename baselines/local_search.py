@@ -106,11 +106,7 @@ def local_search_from_best(start_placers: dict[str, Callable[..., np.ndarray]], 
     By default each refinement stops after its default rounds or ``seconds_per_start`` seconds (which only graphs
     of a few thousand ops reach), so that a 2,000-op graph is placed in a few seconds. With ``budget_seconds``,
     the whole call takes that long: what the start placers leave of it is shared by the refinements, which then
-    run without a round limit.
-
-    Measured on 9 graphs x {3, 8} GPUs (``python benchmarks/search_starts.py --search local-search``): from the 3
-    best starts the result is at or below the result from HEFT's placement in 16 of 18 cells (5% lower on
-    average); from the single best start, in 12 of 18: the best fast placement is not always the best basin.
+    run without a round limit. Why 3 starts: ``docs/placers.md``.
     """
 
     def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from baselines.anneal import ANNEAL_SECONDS, anneal_from_best
@@ -71,8 +73,16 @@ def list_placers() -> list[str]:
     return list(PLACERS)
 
 
-def place(name: str, graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
-    """Run the placer called ``name`` (see :data:`PLACERS`)."""
-    if name not in PLACERS:
-        raise ValueError(f"unknown placer {name!r}; known: {', '.join(PLACERS)}")
-    return PLACERS[name](graph, cluster, seed)
+def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed: int = 0) -> np.ndarray:
+    """Place ``graph`` on ``cluster`` with the placer called ``placer`` (see :data:`PLACERS`); a device per node.
+
+    Raises ``ValueError`` for an unknown placer and
+    :class:`~baselines.memory.PlacementInfeasibleError` when the placer finds nothing within memory. The order
+    before 0.2.0, ``place(name, graph, cluster)``, still works, with a ``DeprecationWarning``."""
+    if isinstance(graph, str) and not isinstance(placer, str):  # place(graph, cluster, "heft"): the former order
+        warnings.warn("baselines.place(name, graph, cluster) is deprecated; use place(graph, cluster, name)",
+                      DeprecationWarning, stacklevel=2)
+        graph, cluster, placer = cluster, placer, graph
+    if placer not in PLACERS:
+        raise ValueError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
+    return PLACERS[placer](graph, cluster, seed)

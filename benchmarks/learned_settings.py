@@ -1,14 +1,14 @@
 """How the learned placer's two settings were chosen, on validation graphs (neither training nor held-out).
 
-    python benchmarks/learned_settings.py --policy agents/pretrained/policy.zip
+    python benchmarks/learned_settings.py --policy agents/learned/pretrained/policy.zip
     python benchmarks/learned_settings.py --policy P --skip-zero-shot --schedules none:4 0.75:4 0.75:8
 
-Validation graphs (``--graphs``, ``--fine-tune-graphs``): by default seeds 60 and 61 of ptb, cifar10 and nmt,
-at 3, 5 and 8 devices: neither the shipped policy's training graphs (seeds 0-47: ``agents/pretrained/pretrain.json``)
-nor the benchmark's held-out ones (seeds 100-104). The settings of ``agents.place`` were chosen with seeds 30 and
-31 (``--graphs cifar10/30 nmt/30 ptb/30 cifar10/31 nmt/31 ptb/31 --fine-tune-graphs cifar10/30 nmt/31 ptb/31
-ptb/30``), which were validation graphs for the first policies (trained on seeds 0-23) but are training graphs of
-the shipped one; they were never held-out graphs.
+Validation graphs (``--graphs``, ``--fine-tune-graphs``): by default seeds 60 and 61 of ptb, cifar10 and nmt, at 3,
+5 and 8 devices: neither the shipped policy's training graphs (seeds 0-47:
+``agents/learned/pretrained/pretrain.json``) nor the benchmark's held-out ones (seeds 100-104). The settings of
+``agents.learned.placer`` were chosen with seeds 30 and 31 (``--graphs cifar10/30 nmt/30 ptb/30 cifar10/31 nmt/31
+ptb/31 --fine-tune-graphs cifar10/30 nmt/31 ptb/31 ptb/30``), which were validation graphs for the first policies
+(trained on seeds 0-23) but are training graphs of the shipped one; they were never held-out graphs.
 
 1. Zero-shot temperature: for each temperature, in how many cells the zero-shot placement is at or below HEFT's,
    and below the start placement the policy sees (the best fast placement).
@@ -26,8 +26,8 @@ import sys
 
 import numpy as np
 
-import agents.place as learned
-from agents.policy_file import load_policy
+import agents.learned.placer as learned
+from agents.learned.policy_file import load_policy
 from baselines.placers import CONSTRUCTIVE, placers_with_budget
 from placement_env import Cluster, load_graph
 from placement_env.sim.simulator import Simulator

@@ -1,6 +1,6 @@
 """The learned placer's speed: placements judged per second, zero-shot time, pretraining time and memory.
 
-    python benchmarks/learned_speed.py [--policy agents/pretrained/policy.zip] [--seconds 20]
+    python benchmarks/learned_speed.py [--policy agents/learned/pretrained/policy.zip] [--seconds 20]
 
 1. The guided search on ``cifar10/0`` (3 P100s) for ``--seconds``: placements judged per second, all of them
    (the policy's proposals and the annealing's neighbours) and the policy's proposals alone per second of
@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agents.guided_search import GuidedSearchSettings, PlacementProblem, guided_search, sample_rows
-from agents.place import place
-from agents.policy_file import load_policy, shipped_policy_path
+from agents.algorithms.problem import PlacementProblem
+from agents.algorithms.search_rounds import SearchRoundsConfig, sample_rows, search_rounds
+from agents.learned.placer import place
+from agents.learned.policy_file import load_policy, shipped_policy_path
 from placement_env import Cluster, load_graph
 
 
@@ -37,7 +38,7 @@ def main() -> int:
     problem = PlacementProblem(g, c, network.max_devices)
     optimizer = torch.optim.Adam(network.parameters(), lr=1e-3)
     problem.judge(np.zeros((1, problem.num_units), np.int64))  # compiles the simulator before the clock starts
-    result = guided_search(network, problem, args.seconds, GuidedSearchSettings(search_seconds=args.seconds / 12),
+    result = search_rounds(network, problem, args.seconds, SearchRoundsConfig(search_seconds=args.seconds / 12),
                            optimizer=optimizer)
     print(f"guided search on cifar10/0, 3 GPUs, {result.seconds:.1f} s: {result.evaluations} placements judged, "
           f"{result.evaluations / result.seconds:,.0f}/s ({result.rounds} rounds)")

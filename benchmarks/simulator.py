@@ -95,7 +95,7 @@ def _each(fn, graph, placements: np.ndarray, cluster) -> tuple:
 
 def _heft_units(graph, cluster) -> np.ndarray:
     """HEFT's placement of ``graph``, a device per placement unit."""
-    return graph.unit_placement(place("heft", graph, cluster))
+    return graph.unit_placement(place(graph, cluster, "heft"))
 
 
 def _neighbour_placements(graph, units: np.ndarray, cluster, rng: np.random.Generator) -> np.ndarray:

@@ -23,5 +23,5 @@ graph, cluster = task.graphs[0], task.cluster
 print(f"{'start (one GPU)':<16} {start * 1e3:8.2f} ms")
 print(f"{'PPO, best seen':<16} {info['best_makespan'] * 1e3:8.2f} ms")
 for name in ("round-robin", "heft", "m-etf", "local-search"):
-    makespan = simulate(graph, place(name, graph, cluster), cluster).makespan
+    makespan = simulate(graph, place(graph, cluster, name), cluster).makespan
     print(f"{name:<16} {makespan * 1e3:8.2f} ms")

@@ -31,7 +31,7 @@ import torch
 
 import placement_env  # noqa: F401  (registers the environments)
 from agents import ReinforceConfig, make_sb3, train_reinforce
-from agents.reinforce import greedy_placement
+from agents.algorithms.rollout import greedy_placement
 from placement_env import simulate, two_chains
 
 LENGTH = 8

@@ -4,18 +4,18 @@ import numpy as np
 import pytest
 from helpers import uniform_cluster
 
-from baselines import AnnealSettings, PlacementInfeasibleError, anneal, place, placers_with_budget, unit_demand
+from baselines import AnnealConfig, PlacementInfeasibleError, anneal, place, placers_with_budget, unit_demand
 from baselines.anneal import anneal_units, nearest_units
 from placement_env import Cluster, layered_dag, load_graph, simulate, two_chains
 
 
 def test_the_same_seed_and_steps_give_the_same_placement():
     g, c = load_graph("synthetic/1"), Cluster.preset("p100", 3)
-    start = place("heft", g, c)
+    start = place(g, c, "heft")
     a = anneal(g, c, start, seed=3, time_budget=None, max_steps=40)
     b = anneal(g, c, start, seed=3, time_budget=None, max_steps=40)
     assert np.array_equal(a.placement, b.placement) and a.makespan == b.makespan and a.rounds == 40
-    assert a.evaluations == 1 + 40 * AnnealSettings().batch
+    assert a.evaluations == 1 + 40 * AnnealConfig().batch
     assert a.makespan <= simulate(g, start, c).makespan  # the best seen: never worse than the start
     assert a.history == sorted(a.history, reverse=True)  # best so far after each step
 
@@ -31,7 +31,7 @@ def test_it_reaches_the_optimum_of_the_two_chains(kind):
 def test_a_start_within_memory_stays_within_memory():
     g = layered_dag(4, num_ops=60)
     c = uniform_cluster(3, memory=int(unit_demand(g).sum() * 0.45))
-    start = place("split", g, c)
+    start = place(g, c, "split")
     result = anneal(g, c, start, time_budget=None, max_steps=60)
     assert result.overflow == 0.0 and not simulate(g, result.placement, c).oom
 
@@ -48,7 +48,7 @@ def test_the_search_budget_is_checked():
             placers_with_budget(bad)
     g, c = load_graph("default"), Cluster.preset("p100", 3)
     placement = placers_with_budget(0.2)["anneal"](g, c, 0)
-    assert simulate(g, placement, c).makespan <= simulate(g, place("metis", g, c), c).makespan  # its start
+    assert simulate(g, placement, c).makespan <= simulate(g, place(g, c, "metis"), c).makespan  # its start
 
 
 def test_no_time_and_no_steps_is_refused():
@@ -56,4 +56,4 @@ def test_no_time_and_no_steps_is_refused():
     with pytest.raises(ValueError, match="needs a time budget or a number of steps"):
         anneal_units(g, c, np.zeros(g.num_units, dtype=np.int64), time_budget=None)
     with pytest.raises(PlacementInfeasibleError):
-        place("anneal", g, uniform_cluster(2, memory=10))
+        place(g, uniform_cluster(2, memory=10), "anneal")

@@ -30,19 +30,19 @@ CLUSTERS = {
 def test_placer_returns_a_valid_placement_that_honours_colocation_and_memory(name, graph_name, cluster_name):
     g = GRAPHS[graph_name]
     c = CLUSTERS[cluster_name]
-    p = place(name, g, c, seed=1)
+    p = place(g, c, name, seed=1)
     check_placement(g, p, c)  # length, range, colocation
     assert not simulate(g, p, c).oom
     if name != "anneal":  # anneal stops on a clock: deterministic per number of steps (tests/test_anneal.py)
-        assert np.array_equal(p, place(name, g, c, seed=1))  # deterministic for a seed
+        assert np.array_equal(p, place(g, c, name, seed=1))  # deterministic for a seed
 
 
 @pytest.mark.parametrize("name", ["heft", "m-etf"])
 def test_list_schedulers_beat_round_robin_on_the_default_graph(name):
     g = load_graph("default")
     c = Cluster.preset("p100", 3)
-    ours = simulate(g, place(name, g, c), c).makespan
-    rr = simulate(g, place("round-robin", g, c), c).makespan
+    ours = simulate(g, place(g, c, name), c).makespan
+    rr = simulate(g, place(g, c, "round-robin"), c).makespan
     assert ours <= rr
 
 
@@ -51,7 +51,7 @@ def test_every_multi_device_placer_uses_several_devices_on_the_default_graph():
     c = Cluster.preset("p100", 3)
     for name in PLACERS:
         if name not in ("single", "split"):  # split is memory-first: one piece when the graph fits one device
-            assert len(set(place(name, g, c).tolist())) > 1, name
+            assert len(set(place(g, c, name).tolist())) > 1, name
 
 
 def test_placers_say_when_no_placement_can_fit_with_the_numbers():
@@ -60,7 +60,7 @@ def test_placers_say_when_no_placement_can_fit_with_the_numbers():
     for memory in (500, 550):
         for name in PLACERS:
             with pytest.raises(PlacementInfeasibleError) as error:
-                place(name, g, uniform_cluster(3, memory=memory))
+                place(g, uniform_cluster(3, memory=memory), name)
             assert str(error.value) == (f"graph 't' cannot fit: op 'b' needs at least 1,200 bytes on its device "
                                         f"while it runs (params x 4 of its unit, its output and its inputs), more "
                                         f"than the largest device has ({memory} bytes)"), name
@@ -68,19 +68,19 @@ def test_placers_say_when_no_placement_can_fit_with_the_numbers():
     with pytest.raises(PlacementInfeasibleError, match=r"^graph 't' cannot fit: its parameters alone need 2\.00 GB = "
                                                        r"2,000,000,500 bytes \(params x 4\), more than the cluster's "
                                                        r"2\.00 GB = 2,000,000,498 bytes in all$"):
-        place("heft", huge, uniform_cluster(2, memory=10**9 + 249))
+        place(huge, uniform_cluster(2, memory=10**9 + 249), "heft")
     # fits on two devices (b's copy of a's output: 50 bytes) but not on one
     g = graph([("a", 1.0, 600), ("b", 1.0, 600)], [("a", "b", 50)])
     two = uniform_cluster(2, memory=700)
     with pytest.raises(PlacementInfeasibleError, match="on one device peaks at 1,200 bytes in the simulator; no "
                                                        "single device holds it"):
-        place("single", g, two)
+        place(g, two, "single")
     for name in PLACERS:
         if name != "single":
-            assert sorted(place(name, g, two).tolist()) == [0, 1], name
+            assert sorted(place(g, two, name).tolist()) == [0, 1], name
     g = graph([("a", 1.0, 600), ("b", 1.0, 600)], [("a", "b")])  # a 600-byte copy: 1,200 bytes on b's device
     with pytest.raises(PlacementInfeasibleError, match="op 'b' needs at least 1,200 bytes on its device while it runs"):
-        place("round-robin", g, two)
+        place(g, two, "round-robin")
 
 
 def test_no_placer_refuses_a_chain_that_fits_when_split():
@@ -90,20 +90,20 @@ def test_no_placer_refuses_a_chain_that_fits_when_split():
     g = graph([("a", 1.0, 400), ("b", 1.0, 400), ("c", 1.0, 400)], [("a", "b", 1), ("b", "c", 1)])
     c = uniform_cluster(2, memory=600)
     with pytest.raises(PlacementInfeasibleError, match="no single device holds it"):
-        place("single", g, c)
+        place(g, c, "single")
     for name in PLACERS:
         if name != "single":
-            assert not simulate(g, place(name, g, c), c).oom, name
+            assert not simulate(g, place(g, c, name), c).oom, name
 
 
 def test_memory_aware_placers_spread_a_graph_too_big_for_one_device():
     g = layered_dag(4, num_ops=60)
     c = uniform_cluster(3, memory=int(unit_demand(g).sum() * 0.45))
     with pytest.raises(PlacementInfeasibleError, match="no single device holds it"):
-        place("single", g, c)
+        place(g, c, "single")
     for name in PLACERS:
         if name != "single":
-            p = place(name, g, c)
+            p = place(g, c, name)
             assert len(set(p.tolist())) > 1 and not simulate(g, p, c).oom, name
 
 
@@ -116,10 +116,10 @@ def test_placers_keep_each_device_of_a_heterogeneous_cluster_within_its_own_memo
                 np.full((3, 3), 1e10), np.full((3, 3), 1e-5))
     for name in PLACERS:
         if name != "single":
-            result = simulate(g, place(name, g, c), c)
+            result = simulate(g, place(g, c, name), c)
             assert np.all(result.peak_memory <= memory), (name, result.peak_memory.tolist(), memory)
     with pytest.raises(PlacementInfeasibleError, match="no single device holds it"):
-        place("single", g, c)
+        place(g, c, "single")
 
 
 def test_speed_aware_placers_run_a_chain_on_the_fastest_device():
@@ -127,11 +127,11 @@ def test_speed_aware_placers_run_a_chain_on_the_fastest_device():
     g = graph([(f"a{i}", 1.0, 10) for i in range(4)], [(f"a{i}", f"a{i + 1}") for i in range(3)])
     c = Cluster([Device("slow", 1.0, 10**9), Device("fast", 2.0, 10**9)], np.full((2, 2), 1e9), np.full((2, 2), 1e-3))
     for name in ("single", "heft", "critical-path", "local-search"):
-        p = place(name, g, c)
+        p = place(g, c, name)
         assert p.tolist() == [1, 1, 1, 1], name
         assert simulate(g, p, c).makespan == 2.0
     # ETF compares start times only (see baselines/m_etf.py): every start ties, so device 0 wins
-    assert place("m-etf", g, c).tolist() == [0, 0, 0, 0]
+    assert place(g, c, "m-etf").tolist() == [0, 0, 0, 0]
 
 
 @pytest.mark.slow
@@ -186,7 +186,7 @@ def test_heft_puts_a_chain_on_one_device_and_parallel_chains_apart():
     edges = [(f"{c}{i}", f"{c}{i + 1}") for c in "ab" for i in range(3)]
     g = graph(nodes, edges)
     cl = uniform_cluster(2, bandwidth=1e6, latency=0.1)
-    p = place("heft", g, cl)
+    p = place(g, cl, "heft")
     assert len(set(p[:4].tolist())) == 1 and len(set(p[4:].tolist())) == 1 and p[0] != p[4]
     assert simulate(g, p, cl).makespan == 4.0
 
@@ -194,7 +194,7 @@ def test_heft_puts_a_chain_on_one_device_and_parallel_chains_apart():
 def test_local_search_never_gets_worse_and_improves_a_bad_start():
     g = layered_dag(2, num_ops=60)
     c = Cluster.preset("p100", 3)
-    start = place("single", g, c)
+    start = place(g, c, "single")
     res = refine(g, c, start, seed=0, max_rounds=60)
     assert res.makespan == simulate(g, res.placement, c).makespan
     assert all(b <= a for a, b in zip(res.history, res.history[1:]))
@@ -236,11 +236,11 @@ def test_local_search_drives_an_out_of_memory_placement_back_under_capacity():
 
 def test_unknown_placer():
     with pytest.raises(ValueError, match="unknown placer 'magic'"):
-        place("magic", GRAPHS["small"], Cluster.preset())
+        place(GRAPHS["small"], Cluster.preset(), "magic")
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda g, c, p: place("heft", c, g), "graph must be a ComputationGraph, got Cluster"),
+    (lambda g, c, p: place(c, g, "heft"), "graph must be a ComputationGraph, got Cluster"),
     (lambda g, c, p: PLACERS["metis"](g, 2), "cluster must be a Cluster, got int"),
     (lambda g, c, p: PLACERS["single"](g, c.to_dict()), "cluster must be a Cluster, got dict"),
     (lambda g, c, p: refine(g, p, c), "cluster must be a Cluster, got list"),
@@ -249,3 +249,10 @@ def test_arguments_in_another_order_name_what_was_expected(call, message):
     g = graph([("a", 1.0, 1), ("b", 1.0, 1)], [("a", "b")])
     with pytest.raises(TypeError, match=message):
         call(g, uniform_cluster(2), [0, 1])
+
+
+def test_place_takes_graph_cluster_placer_and_the_former_order_with_a_warning():
+    g, c = GRAPHS["small"], Cluster.preset()
+    with pytest.warns(DeprecationWarning, match=r"use place\(graph, cluster, name\)"):
+        before = place("heft", g, c)  # the order before 0.2.0
+    assert np.array_equal(before, place(g, c, "heft")) and np.array_equal(before, place(g, c))

@@ -4,7 +4,10 @@ are trained once; the aggregation by hand."""
 import numpy as np
 import pytest
 
-from agents import experiments as ex
+from agents import experiments as cli
+from agents.paper import design, tables
+from agents.paper import runs as ex
+from agents.paper.cells import Cell
 
 
 def stub_run(run, settings):
@@ -31,7 +34,7 @@ def quick(tmp_path_factory):
 
         patch.setattr(ex, "train_run", recorded)
         patch.setattr(ex, "placer_rows", stub_placers)
-        assert ex.main(["all", "--quick", "--budget-seconds", "1", "--out", str(out)]) == 0
+        assert cli.main(["all", "--quick", "--budget-seconds", "1", "--out", str(out)]) == 0
     out.joinpath("distinct_runs.txt").write_text(str(len({r.key({}) for r in calls})))
     return out
 
@@ -73,27 +76,27 @@ def test_tables_share_runs(quick):
 @pytest.mark.slow
 def test_real_quick_runs_are_trained_once_and_cached(tmp_path):
     """Real training (1 s per run): every run of a table in the run cache; a second invocation trains nothing."""
-    assert ex.main(["table5", "--quick", "--budget-seconds", "1", "--out", str(tmp_path)]) == 0
+    assert cli.main(["table5", "--quick", "--budget-seconds", "1", "--out", str(tmp_path)]) == 0
     runs = sorted((tmp_path / "runs").iterdir())
-    assert len(runs) == len(ex.SUITES) * len(ex.DPFR_ROWS)
+    assert len(runs) == len(ex.SUITES) * len(design.DPFR_ROWS)
     assert all((r / "results.json").exists() and (r / "checkpoint.zip").exists() for r in runs)
     stamps = [(r / "results.json").stat().st_mtime_ns for r in runs]
-    assert ex.main(["table5", "--quick", "--budget-seconds", "1", "--out", str(tmp_path)]) == 0
+    assert cli.main(["table5", "--quick", "--budget-seconds", "1", "--out", str(tmp_path)]) == 0
     assert [(r / "results.json").stat().st_mtime_ns for r in sorted((tmp_path / "runs").iterdir())] == stamps
     rows = table_rows(tmp_path / "table5.md")
-    assert len(rows) == len(ex.SUITES) * (len(ex.DPFR_ROWS) + len(ex.PLACERS) + 1)
+    assert len(rows) == len(ex.SUITES) * (len(design.DPFR_ROWS) + len(ex.PLACERS) + 1)
 
 
 def test_cells_and_improvements_by_hand():
     runs = [{"seed": 0, "oom": False, "makespan": 2.0, "best_found_seconds": 1.0, "validation_seconds": 0.5},
             {"seed": 0, "oom": False, "makespan": 4.0, "best_found_seconds": 3.0, "validation_seconds": 0.5},
             {"seed": 1, "oom": True, "makespan": 1.0, "best_found_seconds": None, "validation_seconds": 0.1}]
-    cell = ex.Cell.of(runs, 2)
+    cell = Cell.of(runs, 2)
     assert cell.exe == [3.0, float("inf")] and cell.com == [2.5, 0.1]
-    assert ex._mean_spread([1.0, 3.0], 1e3, 1) == "2000.0 ± 1000.0"
-    assert ex._mean_spread([1.0, float("inf")], 1.0, 1) == "OOM"
-    assert ex._improvement([4.0], [5.0]) == "+20.00%" and ex._improvement([6.0], [5.0]) == "-20.00%"
-    assert ex._improvement([np.inf], [5.0]) == "-"
+    assert tables._mean_spread([1.0, 3.0], 1e3, 1) == "2000.0 ± 1000.0"
+    assert tables._mean_spread([1.0, float("inf")], 1.0, 1) == "OOM"
+    assert tables._improvement([4.0], [5.0]) == "+20.00%" and tables._improvement([6.0], [5.0]) == "-20.00%"
+    assert tables._improvement([np.inf], [5.0]) == "-"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -107,7 +110,7 @@ def test_cells_and_improvements_by_hand():
 def test_bad_settings_are_refused_before_any_run(tmp_path, capsys, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     with pytest.raises(SystemExit) as info:
-        ex.main(["table2", "--quick", "--out", str(tmp_path / "out"), *args])
+        cli.main(["table2", "--quick", "--out", str(tmp_path / "out"), *args])
     assert info.value.code == 2
     assert message.replace("{tmp}", str(tmp_path)) in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # nothing trained, nothing written
@@ -118,7 +121,7 @@ def test_rewriting_the_results_file_keeps_sections_the_experiments_do_not_write(
     results.write_text("# Results\n\nold intro\n\n## table5\n\nold table\n\n## Memory-bound cells\n\nkept as it is\n")
     monkeypatch.setattr(ex, "train_run", stub_run)
     monkeypatch.setattr(ex, "placer_rows", stub_placers)
-    assert ex.main(["table5", "--quick", "--out", str(tmp_path / "out"), "--results", str(results)]) == 0
+    assert cli.main(["table5", "--quick", "--out", str(tmp_path / "out"), "--results", str(results)]) == 0
     text = results.read_text()
     assert "old table" not in text and "old intro" not in text and text.count("## table5") == 1
     assert text.endswith("## Memory-bound cells\n\nkept as it is\n")

@@ -1,4 +1,4 @@
-"""agents.fanout: jobs give the same outcomes in this process, in worker processes and on Ray; a killed worker's
+"""agents.jobs: jobs give the same outcomes in this process, in worker processes and on Ray; a killed worker's
 job runs again or is reported failed while the others finish; the experiments, the benchmark and pretraining
 give the same results however they fan out; Ctrl-C stops the workers and leaves the cache consistent."""
 
@@ -16,11 +16,14 @@ import pytest
 import torch
 from fanout_jobs import die_always, die_once, refuse, square  # tests/ is on the path
 
-from agents import experiments as ex
-from agents.benchmark import Cell, run_benchmark
-from agents.fanout import IN_PROCESS, Failure, FanOut, Job, run_jobs
-from agents.policy_file import load_policy
-from agents.pretrain import PretrainConfig, pretrain
+from agents import experiments as cli
+from agents.jobs import IN_PROCESS, Failure, FanOut, Job, run_jobs
+from agents.learned.policy_file import load_policy
+from agents.learned.pretrain_config import PretrainConfig
+from agents.learned.pretraining import pretrain
+from agents.paper import runs as ex
+from agents.paper.benchmark import run_benchmark
+from agents.paper.benchmark_cells import Cell
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("out", "stopped_before_an_update", "budget_overrun")
@@ -73,7 +76,7 @@ def test_a_job_whose_worker_always_dies_is_reported_failed_and_the_others_finish
 ])
 def test_bad_fanout_settings_are_refused_before_any_run(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as info:
-        ex.main(["table5", "--quick", "--out", str(tmp_path / "out"), *args])
+        cli.main(["table5", "--quick", "--out", str(tmp_path / "out"), *args])
     assert info.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -84,7 +87,7 @@ def test_experiment_runs_give_the_same_results_in_process_in_workers_and_on_ray(
     runs = [ex.Run(encoder, "synthetic/3", 3, 0) for encoder in ("fadp-gt", "gcn")]
     records = []
     for i, fanout in enumerate((IN_PROCESS, FanOut(workers=2), ray_local)):
-        settings = ex.Settings(seeds=1, budget_seconds=60, algo="ppo", hidden_dim=16, timesteps=48,
+        settings = ex.ExperimentConfig(seeds=1, budget_seconds=60, algo="ppo", hidden_dim=16, timesteps=48,
                                out=tmp_path / str(i))
         assert ex.fan_out(runs, settings, fanout) == {}
         records.append([(without_timing(json.loads((ex.run_folder(r, settings) / "results.json").read_text())),
@@ -191,6 +194,6 @@ def test_ctrl_c_stops_the_workers_and_a_rerun_resumes(tmp_path, where):
 def test_ray_missing_is_one_clear_error(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as on a machine without the [ray] extra
     with pytest.raises(SystemExit) as info:
-        ex.main(["table5", "--quick", "--out", str(tmp_path / "out"), "--ray"])
+        cli.main(["table5", "--quick", "--out", str(tmp_path / "out"), "--ray"])
     assert info.value.code == 2
     assert "--ray needs Ray: pip install 'device-placement[ray]'" in capsys.readouterr().err

@@ -300,3 +300,12 @@ def test_suites():
     assert load_suite("cifar10")[0] == load_graph("default")
     with pytest.raises(ValueError, match="unknown suite 'ptb9'"):
         load_suite("ptb9")
+
+
+@pytest.mark.parametrize("name, suggestion", [("cifar1/3", "'cifar10/3'"), ("defualt", "'default'"),
+                                              ("resnet5", "'resnet50'"), ("ptb3", "'ptb/3'")])
+def test_an_unknown_graph_name_suggests_the_nearest_shipped_names(name, suggestion):
+    from placement_env import load_graph
+
+    with pytest.raises(ValueError, match=f"did you mean {suggestion}"):
+        load_graph(name)

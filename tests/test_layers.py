@@ -13,14 +13,22 @@ policies -> training -> the command line):
 7. ``baselines``;
 8. ``placement_env.envs`` and the package ``placement_env`` itself (its facade re-exports every layer);
 9. ``placement_env.__main__``;
-10. ``graph_encoders``;
-11. ``agents`` (policies and algorithms);
-12. ``agents.training``;
-13. ``agents.experiments``;
-14. ``train`` (train.py).
+10. ``agents.names`` (names the command lines check early) and ``agents.jobs`` (the fan-out, which knows
+    nothing of placement);
+11. ``graph_encoders``;
+12. ``agents.policies``;
+13. ``agents.algorithms``;
+14. ``agents.training``;
+15. ``agents.learned``;
+16. ``agents.paper``;
+17. ``agents`` itself and its commands (``agents.place``, ``agents.pretrain``, ``agents.benchmark``,
+    ``agents.experiments``);
+18. ``train`` (train.py).
 
 Every import statement counts, at module level or inside a function: an import inside a function is
-no way around a layer. This is an AST walk, so the test itself imports nothing.
+no way around a layer. Within a layer, no module may import itself back through others (no circles), and
+imports inside functions are few, each saying why it is there. This is an AST walk, so the test itself
+imports nothing.
 """
 
 from __future__ import annotations
@@ -43,10 +51,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("baselines",),
     ("placement_env.envs", "placement_env"),
     ("placement_env.__main__",),
+    ("agents.names", "agents.jobs"),
     ("graph_encoders",),
-    ("agents",),
+    ("agents.policies",),
+    ("agents.algorithms",),
     ("agents.training",),
-    ("agents.experiments",),
+    ("agents.learned",),
+    ("agents.paper",),
+    ("agents",),
     ("train",),
 )
 
@@ -137,6 +149,8 @@ def test_the_walk_catches_upward_imports_however_written():
     submodule = "from placement_env import envs\n"
     assert upward_imports(submodule, "placement_env.zoo.registry") == ["placement_env.envs"]
     assert upward_imports("import train\n", "agents.experiments") == ["train"]
+    assert upward_imports("from agents.training.run import train\n", "agents.algorithms.base") == [
+        "agents.training.run"]
     downward = "from placement_env.graph.model import ComputationGraph\nimport numpy\n"
     assert upward_imports(downward, "baselines.heft") == []
 
@@ -145,5 +159,131 @@ def test_the_layer_table_knows_every_module():
     for path in project_files():
         layer_of(module_name(path))  # raises for a module in no layer
     assert layer_of("placement_env.sim.kernel") < layer_of("baselines.heft") < layer_of("placement_env.envs.task")
-    assert layer_of("agents.training.run") > layer_of("agents.reinforce")
+    assert layer_of("agents.training.run") > layer_of("agents.algorithms.reinforce")
     assert layer_of("placement_env.sim") < layer_of("placement_env.zoo.suites.build")
+
+
+# ------------------------------------------------------------------------------------------------ circles
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """``{module: the project modules it imports}`` for ``sources`` (``{module: (text, is_package)}``), every
+    import statement counted (inside functions too), only edges between the modules given."""
+    graph: dict[str, set[str]] = {module: set() for module in sources}
+    for module, (text, is_package) in sources.items():
+        for _, target in imports_in(text, module, is_package):
+            while target and target not in sources:  # "from a.b import name" imports a.b; a.b.c.name -> a.b.c
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``: each strongly connected group of more than one module, sorted."""
+    import networkx as nx
+
+    found = nx.strongly_connected_components(nx.DiGraph([(a, b) for a, targets in graph.items() for b in targets]))
+    return sorted(sorted(group) for group in found if len(group) > 1)
+
+
+def project_sources() -> dict[str, tuple[str, bool]]:
+    return {module_name(path): (path.read_text(), path.name == "__init__.py") for path in project_files()}
+
+
+def test_no_import_circles_anywhere():
+    assert circles(import_graph(project_sources())) == []
+
+
+def test_the_circle_check_finds_the_circle_the_agents_package_had():
+    """At 1307899 five modules of ``agents`` imported each other in a circle through imports inside functions
+    (algorithms -> guided -> checkpoints -> algorithms, reinforce <-> checkpoints, guided_search -> reinforce)."""
+    before = {
+        "agents.algorithms": ("from .reinforce import Reinforce\n"
+                              "def make_model():\n    from .guided import GuidedSearch\n", False),
+        "agents.guided": ("from .guided_search import guided_search\nfrom .reinforce import PlacementNetwork\n"
+                          "def save():\n    from .checkpoints import save_checkpoint\n", False),
+        "agents.guided_search": ("from .reinforce import PlacementNetwork\n", False),
+        "agents.checkpoints": ("from .reinforce import PlacementNetwork\n"
+                               "def load_model():\n    from .algorithms import make_model\n", False),
+        "agents.reinforce": ("def save():\n    from .checkpoints import save_checkpoint\n", False),
+    }
+    found = circles(import_graph(before))
+    assert len(found) == 1 and {"agents.algorithms", "agents.checkpoints", "agents.guided",
+                                "agents.reinforce"} <= set(found[0])
+
+
+def test_the_circle_check_finds_the_circle_in_the_tree_of_1307899():
+    """The same on the real files of that commit, read from git (skipped where the history is not there)."""
+    import subprocess
+
+    commit = "1307899"
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "-r", "--name-only", commit, "agents"],
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip(f"commit {commit} is not in this clone's history")
+    sources = {}
+    for name in listed.stdout.split():
+        if name.endswith(".py"):
+            text = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:{name}"], capture_output=True,
+                                  text=True, check=True).stdout
+            sources[module_name(ROOT / name)] = (text, name.endswith("__init__.py"))
+    found = circles(import_graph(sources))
+    assert any({"agents.algorithms", "agents.checkpoints", "agents.guided", "agents.reinforce"} <= set(group)
+               for group in found), found
+
+
+# ------------------------------------------------------------------------------------ imports in functions
+
+MAX_IMPORTS_IN_FUNCTIONS = 40
+
+
+def imports_in_functions(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """``(line, module)`` of each import statement of a project module inside a function of ``source``."""
+    lines = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                    lines.add(inner.lineno)
+    found: dict[int, str] = {}
+    for line, target in imports_in(source, module, is_package):
+        if line in lines:
+            found.setdefault(line, target)
+    return sorted(found.items())
+
+
+def test_imports_inside_functions_are_few_and_say_why():
+    """At most :data:`MAX_IMPORTS_IN_FUNCTIONS` project imports inside functions, each with a reason: a comment on
+    its line or on the line above (they keep torch, Ray or matplotlib off a path that must stay fast)."""
+    found, silent = 0, []
+    for path in project_files():
+        text = path.read_text()
+        lines = text.splitlines()
+        for line, target in imports_in_functions(text, module_name(path), path.name == "__init__.py"):
+            found += 1
+            here, above = lines[line - 1], lines[line - 2].strip() if line > 1 else ""
+            if "#" not in here and not above.startswith("#"):
+                silent.append(f"{path.relative_to(ROOT)}:{line} imports {target} without a reason")
+    assert found <= MAX_IMPORTS_IN_FUNCTIONS, f"{found} imports of project modules inside functions"
+    assert not silent, "\n".join(silent)
+
+
+MAX_MODULE_LINES = 450
+LONG_BY_DESIGN = {"placement_env.sim.kernel"}  # the numba event loop, one compiled function and its helpers
+
+
+def test_no_module_is_over_450_lines_but_the_kernel():
+    files = project_files() + sorted(ROOT.glob("tests/*.py")) + sorted(ROOT.glob("benchmarks/*.py")) \
+        + sorted(ROOT.glob("scripts/*.py")) + sorted(ROOT.glob("examples/*.py"))
+    long = [f"{path.relative_to(ROOT)}: {n} lines" for path in files
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+            and ".".join(path.relative_to(ROOT).with_suffix("").parts) not in LONG_BY_DESIGN]
+    assert not long, "\n".join(long)
+
+
+def test_agents_is_a_house_of_jobs():
+    """``agents/`` holds its jobs as subpackages (at least three) and few flat modules beside them (at most six:
+    the facade, the early-checked names and the four commands)."""
+    packages = [p.name for p in (ROOT / "agents").iterdir() if (p / "__init__.py").exists()]
+    flat = [p.name for p in (ROOT / "agents").glob("*.py")]
+    assert len(packages) >= 3 and len(flat) <= 6, (packages, flat)

@@ -9,18 +9,14 @@ import numpy as np
 import pytest
 
 import agents
-from agents.benchmark import Cell, format_report, run_benchmark, verdict
-from agents.guided_search import (
-    EliteArchive,
-    PlacementProblem,
-    aligned_labels,
-    canonical_labels,
-    guided_search,
-    homogeneous,
-)
-from agents.place import place
-from agents.policy_file import load_policy, new_network, save_policy
-from agents.pretrain import PretrainConfig, pretrain
+from agents.algorithms.problem import PlacementProblem, aligned_labels, canonical_labels, homogeneous
+from agents.algorithms.search_rounds import EliteArchive, search_rounds
+from agents.learned.placer import classical_starts, place
+from agents.learned.policy_file import load_policy, new_network, save_policy
+from agents.learned.pretrain_config import PretrainConfig
+from agents.learned.pretraining import pretrain
+from agents.paper.benchmark import format_report, run_benchmark, verdict
+from agents.paper.benchmark_cells import Cell
 from placement_env import Cluster, load_graph, simulate
 from placement_env.sim.canonical import CANONICAL_CASES, canonical_case
 
@@ -57,11 +53,11 @@ def test_the_guided_search_is_never_worse_than_its_starts_and_learns():
     g, c = load_graph("synthetic/1"), Cluster.preset("p100", 3)
     network = new_network(max_devices=4)
     problem = PlacementProblem(g, c, 4)
-    start = g.unit_placement(agents.place.classical_starts(g, c, 0)[0])
+    start = g.unit_placement(classical_starts(g, c, 0)[0])
     before = [p.detach().clone() for p in network.parameters()]
     import torch
 
-    result = guided_search(network, problem, 30.0, seed=0, optimizer=torch.optim.Adam(network.parameters()),
+    result = search_rounds(network, problem, 30.0, seed=0, optimizer=torch.optim.Adam(network.parameters()),
                            starts=[start], max_rounds=2)
     assert result.rounds == 2 and result.makespan <= problem.judge(start[None, :])[0][0]
     assert result.makespan == pytest.approx(simulate(g, result.units[g.unit_of], c).makespan)
@@ -92,8 +88,8 @@ def test_bad_input_is_refused_naming_it(tmp_path):
     with pytest.raises(ValueError, match="the cluster has 5 devices; this policy places on at most 4"):
         place(g, Cluster.preset("p100", 5), new_network(max_devices=4), zero_shot=True)
     other = tmp_path / "reinforce.zip"
-    from agents.checkpoints import save_network
-    from agents.reinforce import ReinforceConfig
+    from agents.algorithms import save_network
+    from agents.algorithms.reinforce import ReinforceConfig
 
     network = new_network()
     save_network(network, ReinforceConfig(), other, network.observation_space)
@@ -171,7 +167,7 @@ def test_benchmark_command_errors_are_one_line(args, message, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--budget-seconds", "0"], "budget_seconds must be positive"),
+    (["--budget-seconds", "0"], "--budget-seconds must be positive"),
     (["--zero-shot", "--budget-seconds", "3"], "--zero-shot takes no --budget-seconds"),
     (["--policy", "missing.zip"], "--policy: no such file"),
     (["--graph", "nope"], "nope"),
@@ -196,10 +192,27 @@ def test_place_command_writes_the_placement_file(tmp_path):
 
     g = load_graph("default")
     assert read_placement(out, g).shape == (g.num_nodes,) and "zero-shot" in done.stdout
+    lines = done.stdout.splitlines()  # the learned placement beside the best fast placer and the lower bound
+    learned = next(line for line in lines if line.strip().startswith("learned (zero-shot"))
+    fast = next(line for line in lines if line.strip().startswith("best fast placer ("))
+    bound = next(line for line in lines if line.strip().startswith("lower bound"))
+    ms = [float(line.split("ms")[0].split()[-1]) for line in (learned, fast, bound)]
+    assert ms[2] <= min(ms[:2]) and "x lower bound" in learned and "(learned " in fast
+
+
+def test_agents_place_raises_when_nothing_it_finds_fits_unless_asked_for_the_best_anyway():
+    from baselines import PlacementInfeasibleError
+
+    g = load_graph("synthetic/1")
+    tight = Cluster.preset("p100", 2).with_memory(1e6)  # far below what the graph's parameters need
+    with pytest.raises(PlacementInfeasibleError, match="no placement of 'synthetic/1' within the memory"):
+        place(g, tight, new_network(), zero_shot=True)
+    best = place(g, tight, new_network(), zero_shot=True, allow_oom=True)
+    assert best.overflow > 0 and best.placement.shape == (g.num_nodes,)
 
 
 def test_the_shipped_policy_loads_and_says_how_it_was_made():
-    from agents.policy_file import shipped_policy_path
+    from agents.learned.policy_file import shipped_policy_path
 
     path = shipped_policy_path()
     assert path.stat().st_size <= 10 * 2**20

@@ -67,10 +67,10 @@ def test_single_returns_one_device_exactly_when_the_simulator_fits_it_there(prob
     g, c = problem
     fits = [not simulate(g, np.full(g.num_nodes, d), c).oom for d in range(c.num_devices)]
     if any(fits):
-        assert place("single", g, c).tolist() == [fits.index(True)] * g.num_nodes
+        assert place(g, c, "single").tolist() == [fits.index(True)] * g.num_nodes
     else:
         with pytest.raises(PlacementInfeasibleError, match="no single device holds it|cannot fit"):
-            place("single", g, c)
+            place(g, c, "single")
 
 
 def test_budgets_sum_to_the_simulated_single_device_peak():
@@ -89,7 +89,7 @@ def test_split_cuts_a_chain_that_needs_two_devices_where_the_cut_is_cheapest():
     g = graph(nodes, edges)
     c = uniform_cluster(2, bandwidth=1000.0, latency=0.01, memory=1700)
     with pytest.raises(PlacementInfeasibleError, match="no single device holds it"):
-        place("single", g, c)
+        place(g, c, "single")
     rows, fits = every_placement_fits(g, c)
     optimum = simulate_batch(g, rows[fits], c).makespan.min()
     p = split(g, c)
@@ -98,7 +98,7 @@ def test_split_cuts_a_chain_that_needs_two_devices_where_the_cut_is_cheapest():
     assert simulate(g, p, c).makespan == pytest.approx(optimum)
     for name in PLACERS:  # every other placer also finds a placement that fits
         if name != "single":
-            assert not simulate(g, place(name, g, c), c).oom, name
+            assert not simulate(g, place(g, c, name), c).oom, name
 
 
 def test_parameters_beyond_the_cluster_are_refused_with_the_numbers():
@@ -106,7 +106,7 @@ def test_parameters_beyond_the_cluster_are_refused_with_the_numbers():
     for name in PLACERS:
         with pytest.raises(PlacementInfeasibleError, match=r"its parameters alone need 2,400 bytes \(params x 4\), "
                                                            r"more than the cluster's 2,000 bytes in all"):
-            place(name, g, uniform_cluster(2, memory=1000))
+            place(g, uniform_cluster(2, memory=1000), name)
 
 
 @pytest.mark.slow
@@ -120,15 +120,15 @@ def test_every_placer_fits_a_model_that_does_not_fit_one_device(name, devices, m
     for placer in PLACERS:
         if placer in ("single", "local-search"):  # single cannot; local-search is covered by the slow test below
             continue
-        assert not simulate(g, place(placer, g, c), c).oom, placer
+        assert not simulate(g, place(g, c, placer), c).oom, placer
 
 
 @pytest.mark.slow
 def test_local_search_fits_and_beats_its_starts_under_memory_pressure():
     g, c = load_graph("resnet50"), Cluster.preset("p100", 3).with_memory(2 * 2**30)
-    result = simulate(g, place("local-search", g, c), c)
+    result = simulate(g, place(g, c, "local-search"), c)
     assert not result.oom
-    starts = [simulate(g, place(n, g, c), c).makespan for n in ("m-topo", "heft", "metis", "split")]
+    starts = [simulate(g, place(g, c, n), c).makespan for n in ("m-topo", "heft", "metis", "split")]
     assert result.makespan <= min(starts)
 
 
@@ -153,5 +153,5 @@ def test_a_heterogeneous_cluster_too_small_for_its_fastest_device():
     peak = unit_demand(g).sum()
     c = Cluster([Device("fast", 2.0, int(peak * 0.3)), Device("big", 1.0, int(peak * 1.5))],
                 np.full((2, 2), 1e10), np.full((2, 2), 1e-5))
-    assert place("single", g, c).tolist() == [1] * g.num_nodes
+    assert place(g, c, "single").tolist() == [1] * g.num_nodes
     assert not simulate(g, split(g, c), c).oom

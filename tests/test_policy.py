@@ -12,6 +12,7 @@ from sb3_contrib import MaskablePPO
 from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.distributions import MultiCategoricalDistribution
 
+import agents
 import placement_env  # noqa: F401
 from agents import (
     MaskablePlacementPolicy,
@@ -29,8 +30,9 @@ from agents import (
     save_network,
     train_reinforce,
 )
-from agents.distributions import NodeCategoricalDistribution
-from agents.guided import GuidedSearch
+from agents.algorithms.guided_search import GuidedSearch
+from agents.algorithms.rollout import policy_placement
+from agents.policies.distributions import NodeCategoricalDistribution
 from graph_encoders import list_encoders
 from placement_env import Cluster, layered_dag, simulate, two_chains
 from placement_env.sim.simulator import check_placement
@@ -157,26 +159,33 @@ def test_place_an_unseen_graph_with_a_saved_policy(tmp_path):
                      n_epochs=1, seed=0)
     model.learn(16)
     save_checkpoint(model, tmp_path / "ppo.zip")
-    placement, makespan = place_graph(tmp_path / "ppo.zip", unseen, steps=2)
     cluster = Cluster.preset("p100", 3)
-    check_placement(unseen, placement, cluster)
-    assert simulate(unseen, placement, cluster).makespan == makespan
+    placed = agents.place(unseen, cluster, tmp_path / "ppo.zip")  # a policy of any algorithm: rolled out
+    assert placed.method == "rollout"
+    check_placement(unseen, placed.placement, cluster)
+    assert simulate(unseen, placed.placement, cluster).makespan == placed.makespan
+    with pytest.warns(DeprecationWarning, match=r"use agents.place\(graph, cluster, policy\)"):
+        placement, makespan = place_graph(tmp_path / "ppo.zip", unseen, steps=2)  # the former name and order
+    again, again_makespan = policy_placement(unseen, None, tmp_path / "ppo.zip", steps=2)
+    assert np.array_equal(placement, again) and makespan == again_makespan
     config = ReinforceConfig(encoder="transformer", encoder_kwargs={"hidden_dim": 16}, episodes=2)
     net, _ = train_reinforce(env, config)
     save_network(net, config, tmp_path / "r.zip", env.observation_space)
-    placement, makespan = place_graph(tmp_path / "r.zip", unseen, steps=2)
+    placement, makespan = policy_placement(unseen, cluster, tmp_path / "r.zip", steps=2)
     assert simulate(unseen, placement, cluster).makespan == makespan
     big = layered_dag(0, num_ops=40)
     with pytest.raises(ValueError, match="more than max_nodes=16; pad more, or coarsen the graph"):
-        place_graph(tmp_path / "r.zip", big)
-    placement, makespan = place_graph(tmp_path / "r.zip", big, steps=2, coarsen=True)
+        policy_placement(big, cluster, tmp_path / "r.zip")
+    placement, makespan = policy_placement(big, cluster, tmp_path / "r.zip", steps=2, coarsen=True)
     check_placement(big, placement, cluster)  # a device per op of the graph given, its own groups whole
     assert simulate(big, placement, cluster).makespan == makespan
+    big_placed = agents.place(big, cluster, tmp_path / "r.zip")  # agents.place coarsens to the policy's padding
+    check_placement(big, big_placed.placement, cluster)
     with pytest.raises(FileNotFoundError):
-        place_graph(tmp_path / "missing.zip", unseen)
+        agents.place(unseen, cluster, tmp_path / "missing.zip")
     model.save(tmp_path / "native.zip")  # SB3's own format unpickles code: refused, with how to load it
     with pytest.raises(ValueError, match="not a checkpoint of this project .*stable-baselines3 model.save"):
-        place_graph(tmp_path / "native.zip", unseen)
+        agents.place(unseen, cluster, tmp_path / "native.zip")
 
 
 def test_every_algorithm_saves_one_format_and_loads_back_with_the_same_policy(tmp_path):
@@ -197,7 +206,7 @@ def test_every_algorithm_saves_one_format_and_loads_back_with_the_same_policy(tm
         assert np.array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
     assert Reinforce.load(tmp_path / "reinforce.zip", env).config == make_model(
         "reinforce", env, encoder="gcn", encoder_kwargs={"hidden_dim": 8}, seed=0, episodes=2).config
-    assert GuidedSearch.load(tmp_path / "guided.zip", env).settings_dict() == model.settings_dict()
+    assert GuidedSearch.load(tmp_path / "guided.zip", env).settings() == model.settings()
     with pytest.raises(ValueError, match="holds a PPO model, not a REINFORCE agent"):
         Reinforce.load(tmp_path / "ppo.zip", env)
     other = gym.make("DevicePlacement-v0", graph=SMALL, episode_length=3, max_nodes=40)
@@ -230,7 +239,7 @@ def test_a_checkpoint_cannot_run_code_when_loaded(tmp_path):
 
 
 def test_stay_prior_moves_about_the_expected_number_of_units():
-    from agents.heads import NodeDeviceHead
+    from agents.policies.heads import NodeDeviceHead
 
     torch.manual_seed(0)
     b, n, d, devices = 2, 40, 8, 4

@@ -202,7 +202,7 @@ def test_a_4_layer_lstm_goes_one_layer_per_device():
     assert len(layers) == 4
     static = float((graph.param_bytes * 4).sum())
     cluster = Cluster.preset("p100", 4).with_memory(static * 0.3)  # about one layer's parameters, x 4, each
-    placement = place("split", graph, cluster)
+    placement = place(graph, cluster, "split")
     unit_device = graph.unit_placement(placement)
     assert sorted(unit_device[layers].tolist()) == [0, 1, 2, 3]
     assert not simulate(graph, placement, cluster).oom

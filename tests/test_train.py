@@ -38,7 +38,9 @@ def check_outputs(graph_file, out, results):
     placement = read_placement(out / "placement.json", graph)
     assert simulate(graph, placement, Cluster.preset("p100", 3)).makespan == results["makespan"]
     assert results["lb_ratio"] >= 1.0 and results["search_seconds"] > 0
-    assert set(results["baselines"]) == {"single", "heft", "m-etf", "metis"}
+    assert set(results["baselines"]) == {"single", "heft", "m-etf", "metis", "local-search", "anneal"}
+    assert results["search_baseline_seconds"] == pytest.approx(max(0.1, results["search_seconds"]
+                                                                   - results["validation_seconds"]))
     assert results["versions"]["torch"] and results["hyperparameters"]["seed"] == 0
 
 
@@ -326,8 +328,9 @@ def test_progress_lines_keep_coming_and_say_the_best_so_far(capsys):
         best.append(0.021315)
         time.sleep(0.12)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) >= 3 and lines[0] == "training: 12 s of 60 s, 345/1000 steps, best none yet"
-    assert lines[-1] == "training: 12 s of 60 s, 345/1000 steps, best 21.315 ms"
+    assert len(lines) >= 3 and lines[0] == ("training: 12 s of 60 s, 345 environment steps (stops at --timesteps "
+                                            "1,000), best none yet")
+    assert lines[-1] == "training: 12 s of 60 s, 345 environment steps (stops at --timesteps 1,000), best 21.315 ms"
     with pytest.raises(ValueError, match="progress must be one of bar, lines, off"):
         ProgressReport("on", 1.0, 1, lambda: 0.0, lambda: 0, lambda: None)
 
@@ -344,3 +347,30 @@ def test_a_big_graph_is_coarsened_with_a_notice_and_a_memory_estimate(tmp_path, 
     gib = estimated_peak_bytes(5_000, graphs[0].num_units) / 2**30
     assert f"expect a peak memory of about {gib:.1f} GiB" in err
     assert estimated_peak_bytes(0, 1000) == 0.5 * 2**30 + 130e6  # hand-computed: the base and the units' term
+
+
+def test_the_closing_table_puts_the_searches_at_equal_time_and_the_strongest_placer_beside_the_run(
+        graph_file, tmp_path, capsys):
+    results = run(graph_file, tmp_path / "a", "--timesteps", "16")
+    out = capsys.readouterr().out
+    seconds = results["search_baseline_seconds"]
+    assert f"anneal ({seconds:g} s)" in out and f"local-search ({seconds:g} s)" in out
+    timed = {k: v for k, v in results["baselines"].items() if isinstance(v, float)}
+    strongest = min(timed, key=timed.__getitem__)
+    assert f"the strongest classical placer, {strongest} ({timed[strongest] * 1e3:.3f} ms)" in out
+    results = run(graph_file, tmp_path / "b", "--timesteps", "16", "--no-compare-searches")
+    assert set(results["baselines"]) == {"single", "heft", "m-etf", "metis"}
+
+
+def test_a_second_run_into_one_folder_says_it_replaces_the_first(graph_file, tmp_path, capsys):
+    run(graph_file, tmp_path, "--timesteps", "16", "--no-compare-searches")
+    assert "holds an earlier run" not in capsys.readouterr().err
+    run(graph_file, tmp_path, "--timesteps", "16", "--no-compare-searches")
+    assert f"notice: {tmp_path}/ holds an earlier run; this run replaces its outputs" in capsys.readouterr().err
+
+
+def test_the_guided_search_s_progress_counts_proposals():
+    from agents.training.progress import ProgressReport
+
+    report = ProgressReport("off", 60.0, 100_000, lambda: 1.0, lambda: 2560, lambda: None, step_name="proposals")
+    assert report.text() == "2,560 proposals (stops at --timesteps 100,000), best none yet"

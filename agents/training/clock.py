@@ -22,9 +22,11 @@ class SearchClock:
         self._stop: float | None = None
 
     def start(self) -> None:
+        """Training starts now."""
         self._start = time.perf_counter()
 
     def stop(self) -> None:
+        """Training ends now."""
         self._stop = time.perf_counter()
 
     def elapsed(self) -> float:

@@ -29,9 +29,8 @@ BIG_GRAPH_OPS, BIG_GRAPH_UNITS = 5_000, 1_000  # from these sizes on, train.py p
 def estimated_peak_bytes(ops: int, units: int) -> float:
     """A rough estimate of ``train.py``'s peak memory (bytes) for a graph of ``ops`` ops placed as ``units`` units:
     0.5 GiB (the interpreter, torch and the libraries) + 3 KiB per op (the graph, its simulator and the compared
-    placers) + 130 bytes per unit squared (the encoder's dense per-graph matrices and attention). Fitted to
-    ``python benchmarks/big_graphs.py --sizes 1000 20000 100000 --budget-seconds 30`` (0.57, 1.06 and 1.33 GiB for
-    500, 2,000 and 2,000 units; AMD EPYC, the guided search): a guide, not a bound."""
+    placers) + 130 bytes per unit squared (the encoder's dense per-graph matrices and attention): a guide, not a
+    bound (the fit: ``docs/training.md``)."""
     return 0.5 * 2**30 + 3 * 2**10 * ops + 130.0 * units**2
 
 
@@ -61,13 +60,15 @@ class TrainConfig:
     on ``devices`` identical devices of ``device_kind`` (default 3) or the cluster file ``cluster``.
     The policy: ``encoder`` (``graph_encoders.list_encoders()``) with ``encoder_options`` and width
     ``hidden_dim``; ``expected_moves`` is the head's stay prior (units an untrained policy moves per step;
-    0 turns it off: the spec's head exactly). The algorithm: ``algo`` (:data:`agents.algorithms.ALGORITHMS`),
+    0 turns it off: the spec's head exactly). The algorithm: ``algo`` (:data:`agents.names.ALGORITHMS`),
     ``learning_rate``, ``epsilon`` (REINFORCE's uniform exploration), ``n_envs`` parallel environments.
     The limits, whichever comes first: ``timesteps`` environment steps, ``episodes`` (REINFORCE), and
     ``budget_seconds`` of training. Episodes last ``episode_length`` steps (the whole-graph environment) and
     start from ``initial_placement``. A graph of more than ``max_units`` placement units is trained on coarsened
     to that many (a notice says so). ``progress``: ``"bar"`` (a bar on stderr), ``"lines"`` (a line every 5 s),
-    ``"off"``.
+    ``"off"``. ``compare_searches``: the outputs also compare the search placers (``local-search`` and
+    ``anneal``) given the run's own search time (split over the graphs of a suite), so that a run is judged
+    against the strongest classical result at equal time.
     """
 
     graph: str = "default"
@@ -93,6 +94,7 @@ class TrainConfig:
     out: str = "runs/latest"
     resume: bool = False
     progress: str = "off"
+    compare_searches: bool = True
 
     def __post_init__(self) -> None:
         if self.encoder not in ENCODER_NAMES:

@@ -15,11 +15,14 @@ import numpy as np
 from agents.training.config import TrainConfig
 from agents.training.tracker import BestTracker
 from baselines import PLACERS, PlacementInfeasibleError
+from baselines.compare import FAST_COMPARED
+from baselines.placers import search_placers
 from placement_env import Cluster, ComputationGraph, SimulationResult, simulate, write_placement
 from placement_env.envs.render import gantt_rgb
 from placement_env.json_files import replace_atomically, write_text_atomically
 
-COMPARED_PLACERS = ("single", "heft", "m-etf", "metis")
+COMPARED_PLACERS = FAST_COMPARED  # and, with TrainConfig.compare_searches, the search placers at the run's budget
+SEARCHES = ("local-search", "anneal")
 VERSIONED = ("torch", "torch-geometric", "stable-baselines3", "sb3-contrib", "gymnasium", "numpy", "numba",
              "device-placement")
 
@@ -32,21 +35,25 @@ def _version(package: str) -> str | None:
 
 
 def judge_graph(graph: ComputationGraph, placement: np.ndarray, cluster: Cluster, tracker: BestTracker,
-                seed: int) -> tuple[dict[str, Any], SimulationResult]:
-    """Simulate ``placement`` (the validation, timed) and the compared placers' placements of ``graph``."""
+                seed: int, search_seconds: float | None = None) -> tuple[dict[str, Any], SimulationResult]:
+    """Simulate ``placement`` (the validation, timed) and the compared placers' placements of ``graph``: the fast
+    ones, and with ``search_seconds`` the search placers given that budget each (``baselines`` names s)."""
     start = time.perf_counter()
     result = simulate(graph, placement, cluster)
     validation = time.perf_counter() - start
+    placers = {name: PLACERS[name] for name in COMPARED_PLACERS}
+    if search_seconds is not None:
+        placers.update(search_placers(search_seconds))
     compared: dict[str, float | str] = {}
-    for name in COMPARED_PLACERS:
+    for name, placer in placers.items():
         try:
-            compared[name] = simulate(graph, PLACERS[name](graph, cluster, seed), cluster).makespan
+            compared[name] = simulate(graph, placer(graph, cluster, seed), cluster).makespan
         except PlacementInfeasibleError as exc:
             compared[name] = f"infeasible: {exc}"
     entry = {"graph": graph.name, "makespan": result.makespan, "lower_bound": result.lower_bound,
              "best_found_seconds": tracker.found_at.get(graph.name), "validation_seconds": validation,
              "lb_ratio": result.lb_ratio, "peak_memory": [int(x) for x in result.peak_memory], "oom": result.oom,
-             "baselines": compared}
+             "baselines": compared, "search_baseline_seconds": search_seconds}
     return entry, result
 
 
@@ -63,9 +70,11 @@ def write_outputs(config: TrainConfig, out: Path, graphs: list[ComputationGraph]
     if not graphs:
         raise RuntimeError("training ended before any placement was evaluated")
     per_graph, first_result = [], None
+    # the search placers get the run's own search time (split over a suite's graphs): equal time, however it ended
+    searching = max(0.1, search_seconds) / len(graphs) if config.compare_searches else None
     for graph in graphs:
         placement = np.asarray(tracker.best[graph.name][1])
-        entry, result = judge_graph(graph, placement, cluster, tracker, config.seed)
+        entry, result = judge_graph(graph, placement, cluster, tracker, config.seed, searching)
         search_seconds += entry["validation_seconds"]  # validation is part of the search
         per_graph.append(entry)
         first_result = first_result or result

@@ -18,23 +18,26 @@ PROGRESS_MODES = ("bar", "lines", "off")
 class ProgressReport:
     """``mode``: ``"bar"`` (tqdm on stderr, refreshed every second), ``"lines"`` (a line on stderr every
     ``every`` seconds), or ``"off"``. ``elapsed`` gives the search seconds so far, ``steps`` the steps taken,
-    ``best`` the best makespan so far (seconds, None before the first)."""
+    ``best`` the best makespan so far (seconds, None before the first); ``step_name`` says what a step is
+    (``environment steps``, or ``proposals`` for the guided search) and ``step_limit`` is ``--timesteps``."""
 
     def __init__(self, mode: str, budget_seconds: float, step_limit: int, elapsed: Callable[[], float],
-                 steps: Callable[[], int], best: Callable[[], float | None], every: float = 5.0) -> None:
+                 steps: Callable[[], int], best: Callable[[], float | None], every: float = 5.0,
+                 step_name: str = "environment steps") -> None:
         if mode not in PROGRESS_MODES:
             raise ValueError(f"progress must be one of {', '.join(PROGRESS_MODES)}, got {mode!r}")
         self.mode, self.budget, self.step_limit = mode, budget_seconds, step_limit
-        self.elapsed, self.steps, self.best = elapsed, steps, best
+        self.elapsed, self.steps, self.best, self.step_name = elapsed, steps, best, step_name
         self.every = 1.0 if mode == "bar" else every
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._bar: Any = None
 
     def text(self) -> str:
+        """The steps, their limit and the best makespan so far, in words."""
         best = self.best()
         shown = "none yet" if best is None else f"{best * 1e3:.3f} ms"
-        return f"{self.steps()}/{self.step_limit} steps, best {shown}"
+        return f"{self.steps():,} {self.step_name} (stops at --timesteps {self.step_limit:,}), best {shown}"
 
     def _report(self) -> None:
         if self._bar is not None:

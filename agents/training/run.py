@@ -1,8 +1,9 @@
 """``train(config) -> RunResult``: one training run, read top to bottom.
 
 1. Check the config against what it names (encoder, start placement, graph, cluster, output folder).
-2. Build the environment(s) and the model (:func:`agents.algorithms.make_model`), or load the checkpoint in
-   ``out`` when resuming (:mod:`agents.checkpoints`; the policy asked for must be the one saved).
+2. Build the environment(s) and the model (:func:`agents.algorithms.registry.make_model`), or load the checkpoint
+   in ``out`` when resuming (:func:`agents.algorithms.registry.load_model`; the policy asked for must be the one
+   saved).
 3. Train until the step limit or ``budget_seconds`` (Ctrl-C stops cleanly), tracking the best placement any
    episode found for each graph, feasible ones first; checkpoint every ``checkpoint_every`` steps.
 4. Save the checkpoint, judge the best placements and write the outputs (:mod:`agents.training.outputs`).
@@ -24,8 +25,8 @@ from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback
 
-from agents.algorithms import make_model
-from agents.checkpoints import load_model, read_checkpoint, save_checkpoint
+from agents.algorithms.checkpoint import read_checkpoint
+from agents.algorithms.registry import load_model, make_model, save_checkpoint
 from agents.training.clock import SearchClock, StopOnCtrlC, ignore_ctrl_c
 from agents.training.config import TrainConfig
 from agents.training.lock import OutputLock
@@ -198,9 +199,8 @@ class TrackBest(BaseCallback):
 
 
 def save(model: Any, config: TrainConfig, out: Path) -> None:
-    save_checkpoint(model, out / CHECKPOINT, config.algo, algo_kwargs(config),
-                    {"encoder": config.encoder, "encoder_kwargs": config.encoder_kwargs(),
-                     "expected_moves": stay_prior(config)})
+    """Write ``model``'s checkpoint in ``out`` (SB3 models with this run's :func:`algo_kwargs`)."""
+    save_checkpoint(model, out / CHECKPOINT, algo_kwargs(config))
 
 
 def train(config: TrainConfig) -> RunResult:
@@ -246,7 +246,8 @@ def _train(config: TrainConfig, graphs: list[ComputationGraph], cluster: Cluster
     track = TrackBest(config, out, tracker, clock, stop)
     cpu_start = time.process_time()
     report = ProgressReport(config.progress, config.budget_seconds, config.total_timesteps(), clock.elapsed,
-                            lambda: int(model.num_timesteps), tracker.best_makespan)
+                            lambda: int(model.num_timesteps), tracker.best_makespan,
+                            step_name="proposals" if config.algo == "guided" else "environment steps")
     with stop, report:
         clock.start()
         try:

@@ -39,7 +39,7 @@ class DevicePlacementEnv(PlacementEnvBase):
     ``flatten=False`` makes the environment return the matrices themselves.
 
     * ``embedding`` (max_nodes x F, float32 in [0, 1]): per unit the static
-      features of ``placement_env.features.STATIC_FEATURES`` (op-type mix,
+      features of ``placement_env.graph.units.STATIC_FEATURES`` (op-type mix,
       backward share, cost, output bytes, parameter bytes, degrees, depth,
       op count, each scaled within the graph), then the unit's current device
       as a one-hot over ``max_devices``, then a "current unit" flag (always 0

@@ -32,7 +32,7 @@ class DevicePlacementSequentialEnv(PlacementEnvBase):
 
     ## Observation Space
 
-    The same ``Dict`` as ``DevicePlacement-v0`` (see ``placement_env.env``),
+    The same ``Dict`` as ``DevicePlacement-v0`` (see ``placement_env.envs.device_placement``),
     with the current unit flagged in the last ``embedding`` column and
     ``visited`` marking the units already placed in the current pass.
 

@@ -319,7 +319,7 @@ class Episode:
                 "best_makespan": self.best[1], "best_oom": self.best[0], "graph": self.task.graphs[self.gi].name}
 
     def render(self, mode: str, header: str):
-        from placement_env.envs.render import gantt_rgb, summary_text
+        from placement_env.envs.render import gantt_rgb, summary_text  # matplotlib: only when rendering
 
         graph = self.task.graphs[self.gi]
         result = self.task.simulator(self.gi).simulate(self.node_placement())

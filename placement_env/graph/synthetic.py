@@ -29,7 +29,7 @@ _OPS_WITHOUT_PARAMS = ("relu", "add", "mul", "concat", "max_pool2d", "softmax", 
 
 
 @dataclass(frozen=True)
-class LayeredDagSpec:
+class LayeredDagConfig:
     """Parameters of :func:`layered_dag` (units: seconds and bytes)."""
 
     num_ops: int = 300
@@ -61,11 +61,11 @@ class LayeredDagSpec:
 
 
 def layered_dag(seed: int = 0, training: bool = True, name: str | None = None, **params) -> ComputationGraph:
-    """A seeded random layered DAG; ``params`` are the fields of :class:`LayeredDagSpec`.
+    """A seeded random layered DAG; ``params`` are the fields of :class:`LayeredDagConfig`.
 
     The same seed and parameters always give the same graph.
     """
-    spec = LayeredDagSpec(**params)
+    spec = LayeredDagConfig(**params)
     checked_count("seed", seed, 0)
     rng = np.random.default_rng(seed)
     n = int(spec.num_ops)

@@ -9,7 +9,7 @@ memory, no arithmetic; real tensors with ``profile=True``) and records, for
 every operation:
 
 * ``op``: the ATen (or module / function) name, e.g. ``conv2d``, ``linear``,
-  ``relu``, ``getitem``; ``placement_env.features`` maps names to op-type
+  ``relu``, ``getitem``; ``placement_env.graph.units`` maps names to op-type
   categories for the agents;
 * ``flops``: what ``torch.utils.flop_counter.FlopCounterMode`` counts for it
   (convolutions, matrix products...; 0 for ops it does not count);

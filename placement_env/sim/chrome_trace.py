@@ -8,7 +8,7 @@ microseconds) as Chrome and Perfetto read it:
   ``receive`` (one slice per transfer on each end, named ``<node> -> <device>``
   and ``<node> <- <device>``, the bytes in its arguments);
 * a ``memory (bytes)`` counter per device: static + live buffers, from
-  :func:`~placement_env.memory_timeline.memory_timeline`, so its highest value
+  :func:`~placement_env.sim.memory_timeline.memory_timeline`, so its highest value
   is the device's simulated peak;
 * ``otherData``: the graph, the cluster, makespan and lower bound (seconds),
   peaks and capacities (bytes), OOM.

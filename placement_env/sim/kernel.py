@@ -7,10 +7,8 @@ topological-index tie-break. The semantics are those of
 semantics written as a literal priority-queue simulation, and the tests hold
 the two to identical results.
 
-How the loop stays cheap (0.09 to 0.14 us per op on a training graph with four
-edges per op, 0.05 to 0.11 us with two, on this project's 2-core machines,
-depending on which processor a machine has; ``benchmarks/simulator.py`` prints
-the figures):
+How the loop stays cheap (its cost per op is in ``docs/simulator.md``, printed by
+``benchmarks/simulator.py``):
 
 * At most one op runs per device, so each device holds exactly one candidate
   next event (its running op's completion, or its next start) and the next
@@ -67,7 +65,7 @@ def _unsigned(*names: str) -> dict:
     They hold array positions (ops, devices, edges, transfers). numba adds a
     negative-index wraparound to every array access through a signed integer;
     through an unsigned one it does not, which makes the whole simulation
-    about 12% faster (``benchmarks/simulator.py``).
+    faster (``docs/simulator.md``; ``benchmarks/simulator.py``).
     """
     return {name: uint32 for name in names}
 

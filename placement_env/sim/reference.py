@@ -2,8 +2,8 @@
 
 This is the readable statement of ``docs/spec/simulator.md`` section 3 and
 the oracle the compiled simulator is tested against (results must be
-identical, not close). It is about 100x slower; ``benchmarks/simulator.py``
-prints both speeds.
+identical, not close). It is much slower (``docs/simulator.md``; ``benchmarks/simulator.py`` prints both
+speeds).
 
 Events are ``(time, phase, key, ...)``. At equal times the phases run in the
 spec's order: op completions (key: topological index), transfer completions

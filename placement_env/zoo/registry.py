@@ -10,7 +10,7 @@ Shipped names:
   files when extracted by ``scripts/extract_real_models.py``;
 * ``synthetic/<seed>``: the training graph of a seeded layered DAG of
   ``SYNTHETIC_FORWARD_OPS`` forward ops (twice as many ops in all), with the
-  default :class:`~placement_env.synthetic.LayeredDagSpec` distributions;
+  default :class:`~placement_env.graph.synthetic.LayeredDagConfig` distributions;
 * ``default``: ``cifar10/0``, the graph of the README's main command.
 
 Suites (:func:`load_suite`): ``ptb``, ``cifar10``, ``nmt`` and ``synthetic``
@@ -20,6 +20,7 @@ is the real models.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -70,8 +71,19 @@ def load_graph(source: str | os.PathLike | ComputationGraph) -> ComputationGraph
         return read_graph(path)
     if text.endswith((".json", ".json.gz")):
         raise FileNotFoundError(f"graph file {text!r} does not exist")
-    raise ValueError(f"unknown graph {text!r}: not an existing file and not a shipped graph "
+    near = nearest_names(text)
+    hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+    raise ValueError(f"unknown graph {text!r}: not an existing file and not a shipped graph{hint} "
                      f"(shipped: {', '.join(list_graphs())})")
+
+
+def nearest_names(text: str, count: int = 3) -> list[str]:
+    """Up to ``count`` shipped graph names closest to ``text`` (``difflib``'s ratio; ``<seed>`` names are
+    matched with ``text``'s own seed, or 0)."""
+    match = re.search(r"(\d+)$", text)
+    seed = match.group(1) if match else "0"
+    names = [name.replace("<seed>", seed) for name in list_graphs()]
+    return difflib.get_close_matches(text, names, n=count, cutoff=0.5)
 
 
 SUITES: dict[str, list[str]] = {name: [f"{name}/{seed}" for seed in SUITE_SEEDS] for name in SUITE_NAMES}

@@ -29,6 +29,7 @@ import numpy as np
 
 from placement_env.graph.io import read_graph
 from placement_env.graph.model import ComputationGraph
+from placement_env.graph.units import unit_graph
 
 SUITE_NAMES: tuple[str, ...] = ("ptb", "cifar10", "nmt")
 SUITE_SEEDS: tuple[int, ...] = tuple(range(17))
@@ -40,15 +41,16 @@ PAPER_TABLE1: dict[str, tuple[float, float, float, float]] = {
 
 
 def _model_builder(suite: str) -> Callable[[int], Any]:
+    # the suites' models are torch modules: imported only to build a graph, never to load a shipped one
     if suite == "ptb":
-        from placement_env.zoo.suites.ptb import PtbLanguageModel, PtbSpec
-        return lambda seed: PtbLanguageModel(PtbSpec.from_seed(seed))
+        from placement_env.zoo.suites.ptb import PtbConfig, PtbLanguageModel  # torch
+        return lambda seed: PtbLanguageModel(PtbConfig.from_seed(seed))
     if suite == "cifar10":
-        from placement_env.zoo.suites.cifar10 import Cifar10Network, Cifar10Spec
-        return lambda seed: Cifar10Network(Cifar10Spec.from_seed(seed))
+        from placement_env.zoo.suites.cifar10 import Cifar10Config, Cifar10Network  # torch
+        return lambda seed: Cifar10Network(Cifar10Config.from_seed(seed))
     if suite == "nmt":
-        from placement_env.zoo.suites.nmt import NmtSeq2Seq, NmtSpec
-        return lambda seed: NmtSeq2Seq(NmtSpec.from_seed(seed))
+        from placement_env.zoo.suites.nmt import NmtConfig, NmtSeq2Seq  # torch
+        return lambda seed: NmtSeq2Seq(NmtConfig.from_seed(seed))
     raise ValueError(f"unknown suite {suite!r}; known suites: {', '.join(SUITE_NAMES)}")
 
 
@@ -58,7 +60,7 @@ def build_suite_graph(suite: str, seed: int) -> ComputationGraph:
         raise ValueError(f"suite seed must be a non-negative integer, got {seed!r}")
     import torch
 
-    from placement_env.importers.pytorch import from_torch
+    from placement_env.importers.pytorch import from_torch  # torch: only to trace a suite's model
 
     model = _model_builder(suite)(int(seed))
     model.train()  # a training step: batch normalisation with batch statistics and running-statistic updates
@@ -100,8 +102,6 @@ class GraphStructure:
 
 def graph_structure(graph: ComputationGraph) -> GraphStructure:
     """The table-1 metrics of ``graph`` (see the module docstring)."""
-    from placement_env.graph.units import unit_graph
-
     n, e = graph.num_units, unit_graph(graph).num_edges
     return GraphStructure(n, e, e / (n * (n - 1)) if n > 1 else 0.0, e / n)
 

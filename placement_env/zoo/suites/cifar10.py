@@ -49,7 +49,7 @@ class CellChoice:
 
 
 @dataclass(frozen=True)
-class Cifar10Spec:
+class Cifar10Config:
     """One seeded member of the suite (widths in channels, images 32 x 32)."""
 
     normal: CellChoice
@@ -60,7 +60,7 @@ class Cifar10Spec:
     batch: int
 
     @classmethod
-    def from_seed(cls, seed: int) -> Cifar10Spec:
+    def from_seed(cls, seed: int) -> Cifar10Config:
         rng = random.Random(seed)
         blocks = rng.randint(4, 6)
         return cls(CellChoice.sample(rng, blocks), CellChoice.sample(rng, blocks), stages=3, cells_per_stage=1,
@@ -112,7 +112,7 @@ class EnasConvCell(nn.Module):
 class Cifar10Network(nn.Module):
     """Stem, ``stages`` stages of normal cells separated by reduction cells, pooling and a classifier."""
 
-    def __init__(self, spec: Cifar10Spec) -> None:
+    def __init__(self, spec: Cifar10Config) -> None:
         super().__init__()
         self.spec = spec
         c = spec.width

@@ -20,7 +20,7 @@ from torch import nn
 
 
 @dataclass(frozen=True)
-class NmtSpec:
+class NmtConfig:
     """One seeded member of the suite (widths in features, lengths in tokens)."""
 
     layers: int
@@ -31,7 +31,7 @@ class NmtSpec:
     batch: int
 
     @classmethod
-    def from_seed(cls, seed: int) -> NmtSpec:
+    def from_seed(cls, seed: int) -> NmtConfig:
         rng = random.Random(seed)
         return cls(layers=rng.randint(1, 2), hidden=rng.choice((256, 512, 1024)), source_steps=rng.randint(4, 6),
                    target_steps=rng.randint(4, 6), vocab=rng.choice((8000, 16000, 32000)), batch=rng.choice((32, 64)))
@@ -51,9 +51,9 @@ class LstmCell(nn.Module):
 
 
 class NmtSeq2Seq(nn.Module):
-    """Embeddings, the unrolled encoder and attentional decoder of :class:`NmtSpec`, and the output layer."""
+    """Embeddings, the unrolled encoder and attentional decoder of :class:`NmtConfig`, and the output layer."""
 
-    def __init__(self, spec: NmtSpec) -> None:
+    def __init__(self, spec: NmtConfig) -> None:
         super().__init__()
         w = spec.hidden
         self.spec = spec

@@ -23,7 +23,7 @@ ACTIVATIONS = ("tanh", "relu", "sigmoid", "identity")
 
 
 @dataclass(frozen=True)
-class PtbSpec:
+class PtbConfig:
     """One seeded member of the suite (widths in features, lengths in tokens)."""
 
     parents: tuple[int, ...]  # node i >= 1 reads node parents[i - 1]
@@ -34,7 +34,7 @@ class PtbSpec:
     batch: int
 
     @classmethod
-    def from_seed(cls, seed: int) -> PtbSpec:
+    def from_seed(cls, seed: int) -> PtbConfig:
         rng = random.Random(seed)
         nodes = rng.randint(7, 11)
         parents = tuple(rng.randrange(i) for i in range(1, nodes))
@@ -54,9 +54,9 @@ def _activate(name: str, x: torch.Tensor) -> torch.Tensor:
 
 
 class EnasRecurrentCell(nn.Module):
-    """One step of the ENAS cell of :class:`PtbSpec` (see the module docstring)."""
+    """One step of the ENAS cell of :class:`PtbConfig` (see the module docstring)."""
 
-    def __init__(self, spec: PtbSpec) -> None:
+    def __init__(self, spec: PtbConfig) -> None:
         super().__init__()
         h = spec.hidden
         self.spec = spec
@@ -81,7 +81,7 @@ class EnasRecurrentCell(nn.Module):
 class PtbLanguageModel(nn.Module):
     """Embedding, the cell unrolled over ``spec.steps`` steps, and a decoder per step."""
 
-    def __init__(self, spec: PtbSpec) -> None:
+    def __init__(self, spec: PtbConfig) -> None:
         super().__init__()
         self.spec = spec
         self.embed = nn.Embedding(spec.vocab, spec.hidden)

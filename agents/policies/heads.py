@@ -10,17 +10,10 @@
   ``p = min(m / n, 0.5)``, ``n`` the graph's unit count, ``D`` its device
   count and ``delta`` a learned scalar starting at 0, so an untrained head
   (near-equal MLP logits) moves about m units per step instead of re-drawing
-  every unit uniformly. A uniformly random
-  placement of a few hundred units is far worse than any starting placement
-  (on ``cifar10/0``, 6x the single-GPU time), so without the prior a policy
-  on the whole-graph MDP spends its early updates in hopeless placements.
-  This term is this project's optional addition to the spec's head (an extra
-  input, the current device, already part of the node embedding X); it is off
-  by default (``expected_moves=None``, the spec's head exactly). On the
-  learning test of ``tests/test_policy.py``, whose optimum moves half the
-  units at once, it slows PPO down, but REINFORCE learns that task only with
-  it (and with ``epsilon=0`` and a learning rate of 3e-4;
-  ``scripts/reinforce_two_chains.py``).
+  every unit uniformly. This term is this project's optional addition to the
+  spec's head (an extra input, the current device, already part of the node
+  embedding X); it is off by default (``expected_moves=None``, the spec's head
+  exactly). Why it is there, and when it helps: ``docs/encoders.md``.
 * :class:`ValueHead`: state value from the graph vector and the one-hot.
 """
 
@@ -33,6 +26,9 @@ from graph_encoders.pooling import NEG
 
 
 class NodeDeviceHead(nn.Module):
+    """Per-node device logits (module docstring): ``embed_dim`` node and graph width, ``max_devices`` devices padded,
+    an MLP of ``hidden_dim``, the optional stay prior ``expected_moves``."""
+
     def __init__(self, embed_dim: int, max_devices: int, hidden_dim: int = 64,
                  expected_moves: float | None = None) -> None:
         super().__init__()
@@ -65,9 +61,12 @@ class NodeDeviceHead(nn.Module):
 
 
 class ValueHead(nn.Module):
+    """A state value from the graph vector and the device-count one-hot."""
+
     def __init__(self, embed_dim: int, max_devices: int, hidden_dim: int = 64) -> None:
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(embed_dim + max_devices, hidden_dim), nn.Tanh(), nn.Linear(hidden_dim, 1))
 
     def forward(self, graph_and_devices: Tensor) -> Tensor:
+        """``graph_and_devices`` (B, embed_dim + D) -> values (B, 1)."""
         return self.mlp(graph_and_devices)

@@ -1,15 +1,15 @@
 """The FADP-GT paper's agent: REINFORCE with a graph encoder and a per-node device head (paper section 2.4).
 
-Read top to bottom: :class:`PlacementNetwork` is encoder + head;
-:class:`Reinforce` (SB3's ``learn`` / ``save`` / ``load`` / ``predict``; :func:`train_reinforce` is a
-shortcut) runs episodes on ``DevicePlacement-v0``, sampling each
+Read top to bottom: :class:`ReinforceConfig` holds the settings; :class:`Reinforce` (SB3's ``learn`` / ``save`` /
+``load`` / ``predict``, from :class:`~agents.algorithms.base.PlacementAlgorithm`; :func:`train_reinforce` is a
+shortcut) trains a :class:`~agents.policies.network.PlacementNetwork` on ``DevicePlacement-v0``, sampling each
 node's device from the policy (multinomial) or, with probability
 ``epsilon``, uniformly among the cluster's devices (epsilon-greedy, seeded);
 rewards are clipped to ``[-reward_clip, reward_clip]``; after each episode
 the returns :math:`G_t = \\sum_{k \\ge t} \\gamma^{k-t} r_k` (eq. 18, gamma
 0.95) weight the log-probabilities of the actions taken, and encoder and head
-are updated together with Adam (learning rate 1e-3). :func:`greedy_placement`
-evaluates with argmax.
+are updated together with Adam (learning rate 1e-3). :func:`save_network` / :func:`load_network` keep a bare
+network in the checkpoint format.
 
 One addition to the paper: the gradient uses :math:`G_t - b_t`, with
 :math:`b_t` an exponential moving average (``baseline_decay``, 0.9) of past
@@ -22,19 +22,19 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.distributions import Categorical
 
-from graph_encoders import GraphBatch, build_encoder
+from agents.policies.network import PlacementNetwork
 from placement_env.checks import checked_count, checked_finite
 
-from .features_extractor import observation_sizes
-from .heads import NodeDeviceHead
+from .base import PlacementAlgorithm
+from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class ReinforceConfig:
     encoder: str = "fadp-gt"
     encoder_kwargs: dict = field(default_factory=dict)
     head_hidden: int = 64
-    expected_moves: float | None = None  # the head's optional stay prior (agents.heads)
+    expected_moves: float | None = None  # the head's optional stay prior (agents.policies.heads)
     gamma: float = 0.95
     learning_rate: float = 1e-3
     epsilon: float = 0.1
@@ -66,32 +66,6 @@ class ReinforceConfig:
                 raise ValueError(f"ReinforceConfig.{name} must be positive, got {getattr(self, name)!r}")
         for name, smallest in (("head_hidden", 1), ("episodes", 1), ("seed", 0)):
             checked_count(f"ReinforceConfig.{name}", getattr(self, name), smallest)
-
-
-class PlacementNetwork(nn.Module):
-    """Encoder + :class:`~agents.heads.NodeDeviceHead`: observation batch -> (B, N, D) device logits.
-
-    ``optimizer`` is set by the algorithm that trains it (as SB3 policies carry theirs)."""
-
-    optimizer: torch.optim.Optimizer
-
-    def __init__(self, observation_space: gym.spaces.Dict, encoder: str = "fadp-gt",
-                 encoder_kwargs: dict | None = None, head_hidden: int = 64,
-                 expected_moves: float | None = None) -> None:
-        super().__init__()
-        self.observation_space = observation_space
-        self.max_nodes, in_dim, self.max_devices = observation_sizes(observation_space)
-        self.encoder_name, self.encoder_kwargs, self.head_hidden = encoder, dict(encoder_kwargs or {}), head_hidden
-        self.encoder = build_encoder(encoder, in_dim, **(encoder_kwargs or {}))
-        self.head = NodeDeviceHead(self.encoder.out_dim, self.max_devices, head_hidden, expected_moves)
-        last = cast(nn.Linear, self.head.mlp[-1])  # start near the uniform policy: every device equally likely
-        nn.init.orthogonal_(last.weight, gain=0.01)
-        nn.init.zeros_(last.bias)
-
-    def forward(self, observation: dict) -> Tensor:
-        batch = GraphBatch.from_observation(observation)
-        nodes, graph = self.encoder(batch)
-        return self.head(nodes, graph, batch.gpu_onehot, batch.node_mask, batch.current_device)
 
 
 def sample_action(logits: Tensor, epsilon: float, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -119,7 +93,7 @@ def discounted_returns(rewards: list[float], gamma: float) -> Tensor:
     return torch.tensor(out[::-1], dtype=torch.float32)
 
 
-class Reinforce:
+class Reinforce(PlacementAlgorithm):
     """The paper's REINFORCE agent with stable-baselines3's interface: ``learn`` / ``save`` / ``load`` / ``predict``.
 
     ``Reinforce(env, config).learn(total_timesteps, callback)`` runs whole
@@ -130,57 +104,36 @@ class Reinforce:
     with ``infos`` and ``dones`` in its locals (and ``episode_record``, the
     episode's record, on its last step); returning False stops training.
 
-    Attributes: ``policy`` (the :class:`PlacementNetwork`, with its Adam
+    Attributes: ``policy`` (the :class:`~agents.policies.network.PlacementNetwork`, with its Adam
     optimizer as ``policy.optimizer``, as in SB3), ``num_timesteps``,
     ``history`` (one record per episode: ``episode``, ``return``,
     ``best_makespan`` s, ``best_oom``, ``best_placement``, ``graph``,
     ``seconds``).
     """
 
+    name = "reinforce"
+    description = "a REINFORCE agent"
+
     def __init__(self, env: gym.Env, config: ReinforceConfig | None = None,
                  network: PlacementNetwork | None = None, tensorboard_log: str | None = None) -> None:
-        self.env = env
+        super().__init__(env, tensorboard_log)
         self.config = config or ReinforceConfig()
-        self.observation_space = cast(gym.spaces.Dict, env.observation_space)
         torch.manual_seed(self.config.seed)
         self.generator = torch.Generator().manual_seed(self.config.seed)
         self.policy = network or PlacementNetwork(self.observation_space, self.config.encoder,
                                                   self.config.encoder_kwargs, self.config.head_hidden,
                                                   self.config.expected_moves)
         self.policy.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.config.learning_rate)
-        self.tensorboard_log = tensorboard_log
-        self.num_timesteps = 0
         self.episodes = 0
         self.history: list[dict] = []
         self._baseline: Tensor | None = None
-        self._logger: Any = None
-
-    def get_env(self) -> gym.Env:
-        return self.env
-
-    @property
-    def logger(self):
-        """SB3's logger (TensorBoard under ``tensorboard_log`` when given, else silent)."""
-        if self._logger is None:
-            from stable_baselines3.common.utils import configure_logger
-
-            self._logger = configure_logger(0, self.tensorboard_log, "reinforce", True)
-        return self._logger
 
     def learn(self, total_timesteps: int, callback=None, progress_bar: bool = False,
               reset_num_timesteps: bool = True, tb_log_name: str = "reinforce") -> Reinforce:
         """Train for ``total_timesteps`` environment steps (or ``config.episodes`` episodes); returns self."""
-        from stable_baselines3.common.callbacks import CallbackList, ProgressBarCallback
-
         if reset_num_timesteps:
-            self.num_timesteps, self.episodes = 0, 0
-        callbacks = list(callback) if isinstance(callback, (list, tuple)) else [callback] if callback else []
-        if progress_bar:
-            callbacks.append(ProgressBarCallback())
-        hooks = CallbackList(callbacks)
-        hooks.init_callback(cast(Any, self))  # SB3's callbacks need get_env, logger and num_timesteps only
-        total_timesteps = self.num_timesteps + total_timesteps if not reset_num_timesteps else total_timesteps
-        hooks.on_training_start({"total_timesteps": total_timesteps}, {})
+            self.episodes = 0
+        hooks, total_timesteps = self.start_learning(total_timesteps, callback, progress_bar, reset_num_timesteps)
         config, start = self.config, time.perf_counter()
         obs, info = self.env.reset(seed=config.seed + self.episodes)
         running = True
@@ -225,27 +178,14 @@ class Reinforce:
         self.history.append(record)
         return record
 
-    @torch.no_grad()
-    def predict(self, observation: dict, state=None, episode_start=None,
-                deterministic: bool = False) -> tuple[np.ndarray, None]:
-        """A device per unit for ``observation`` (argmax when ``deterministic``), as SB3's ``predict``."""
-        logits = self.policy(observation)[0]
-        if deterministic:
-            return logits.argmax(dim=-1).numpy(), None
-        return Categorical(logits=logits).sample().numpy(), None
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the project's checkpoint (:mod:`agents.checkpoints`): settings as JSON, weights as tensors."""
-        from .checkpoints import save_checkpoint
-
-        save_checkpoint(self, path, "reinforce", config_dict(self.config))
+    def settings(self) -> dict:
+        """The fields of :class:`ReinforceConfig` (saved in checkpoints; the policy's are saved apart)."""
+        return asdict(self.config)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, env: gym.Env) -> Reinforce:
-        """The agent saved at ``path``, on ``env`` (which must have the saved observation space)."""
-        from .checkpoints import load_as
-
-        return cast(Reinforce, load_as(cls, path, env, "a REINFORCE agent"))
+    def from_settings(cls, env: gym.Env, policy: dict, settings: dict, **kwargs: Any) -> Reinforce:
+        """A new agent on ``env`` whose :class:`ReinforceConfig` holds ``policy`` and ``settings``."""
+        return cls(env, ReinforceConfig(**policy, **settings), **kwargs)
 
 
 def train_reinforce(env: gym.Env, config: ReinforceConfig | None = None,
@@ -270,19 +210,26 @@ def train_reinforce(env: gym.Env, config: ReinforceConfig | None = None,
     return model.policy, model.history
 
 
-@torch.no_grad()
-def greedy_placement(network: PlacementNetwork, env: gym.Env, steps: int | None = None,
-                     seed: int = 0) -> tuple[np.ndarray, float]:
-    """Run argmax actions for ``steps`` steps (default: one episode); best ``(node placement, makespan s)``."""
-    obs, info = env.reset(seed=seed)
-    steps = int(steps or getattr(env.unwrapped, "episode_length", None) or 1)
-    for _ in range(steps):
-        action = network(obs)[0].argmax(dim=-1).numpy()
-        obs, _, terminated, truncated, info = env.step(action)
-        if terminated or truncated:
-            break
-    return info["best_placement"], info["best_makespan"]
+def save_network(network: PlacementNetwork, config: ReinforceConfig, path: str | os.PathLike,
+                 observation_space: gym.spaces.Dict) -> None:
+    """Save a bare REINFORCE ``network`` (no optimizer state) with its ``config`` in the checkpoint format."""
+    settings = {k: v for k, v in asdict(config).items() if k not in network.settings()}
+    write_checkpoint(Checkpoint(Reinforce.name, network.settings(), settings, observation_space, 0,
+                                network.state_dict(), None), path)
 
 
-def config_dict(config: ReinforceConfig) -> dict:
-    return asdict(config)
+def load_network(path: str | os.PathLike) -> tuple[PlacementNetwork, ReinforceConfig, gym.spaces.Dict]:
+    """``(network, config, observation space)`` of a REINFORCE checkpoint; ``ValueError`` for another algorithm's
+    or weights that do not fit."""
+    saved = read_checkpoint(path)
+    if saved.algo != Reinforce.name:
+        raise ValueError(f"{str(path)!r} holds a {saved.algo} model, not a REINFORCE network")
+    config = ReinforceConfig(**saved.policy, **saved.algo_kwargs)
+    network = PlacementNetwork(saved.observation_space, config.encoder, config.encoder_kwargs, config.head_hidden,
+                               config.expected_moves)
+    try:
+        network.load_state_dict(saved.policy_state)
+    except RuntimeError as error:
+        raise ValueError(f"{str(path)!r}: the saved weights do not fit its settings "
+                         f"({str(error).splitlines()[0]})") from None
+    return network, config, saved.observation_space

@@ -1,32 +1,32 @@
 """The guided search as a training algorithm with stable-baselines3's interface: ``train.py --algo guided``.
 
-:class:`GuidedSearch` runs :func:`agents.guided_search.guided_search` one round at a time on the graphs of a
-``DevicePlacement-v0`` environment (in turn, each keeping its own archive of the best placements found), so
+:class:`GuidedSearch` runs :func:`agents.algorithms.search_rounds.search_rounds` one round at a time on the graphs
+of a ``DevicePlacement-v0`` environment (in turn, each keeping its own archive of the best placements found), so
 that ``train.py``'s callbacks (the best-placement tracker, checkpoints, the budget, Ctrl-C) see it as they see
 PPO: ``learn(total_timesteps, callback)``, ``predict``, ``save``, ``load``, ``num_timesteps`` (here: the
 placements the policy proposed) and ``policy.optimizer``. Given ``time_left`` (``train.py`` sets it), a round's
 annealing never runs past the budget. The policy is the same
-:class:`~agents.reinforce.PlacementNetwork` as REINFORCE's and :mod:`agents.pretrain`'s.
+:class:`~agents.policies.network.PlacementNetwork` as REINFORCE's and the pretrained placer's.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-from torch.distributions import Categorical
 
+from agents.policies.network import PlacementNetwork
 from placement_env.checks import checked_count, checked_finite
 
-from .guided_search import EliteArchive, GuidedSearchSettings, PlacementProblem, guided_search
-from .reinforce import PlacementNetwork
+from .base import PlacementAlgorithm
+from .problem import PlacementProblem
+from .search_rounds import EliteArchive, SearchRoundsConfig, search_rounds
 
 
-class GuidedSearch:
+class GuidedSearch(PlacementAlgorithm):
     """Propose, improve, learn on every graph of ``env`` (module docstring).
 
     Args:
@@ -37,7 +37,14 @@ class GuidedSearch:
         search_seconds: annealing per chain per round (s).
         elite: placements kept per graph and imitated.
         seed: seeds the network and the sampling.
+        tensorboard_log: a folder for SB3's logger, or None.
+
+    Raises:
+        ValueError: a setting out of range, named.
     """
+
+    name = "guided"
+    description = "a guided search"
 
     def __init__(self, env: gym.Env, encoder: str = "fadp-gt", encoder_kwargs: dict | None = None,
                  head_hidden: int = 64, learning_rate: float = 1e-3, samples: int = 256,
@@ -47,29 +54,17 @@ class GuidedSearch:
             raise ValueError(f"learning_rate must be positive, got {learning_rate!r}")
         if not checked_finite("search_seconds", search_seconds) > 0:
             raise ValueError(f"search_seconds must be positive, got {search_seconds!r}")
-        self.env = env
-        self.observation_space = cast(gym.spaces.Dict, env.observation_space)
-        self.settings = GuidedSearchSettings(samples=checked_count("samples", samples, 1),
-                                             search_seconds=float(search_seconds),
-                                             elite=checked_count("elite", elite, 1), chains=2)
+        super().__init__(env, tensorboard_log)
+        self.config = SearchRoundsConfig(samples=checked_count("samples", samples, 1),
+                                         search_seconds=float(search_seconds),
+                                         elite=checked_count("elite", elite, 1), chains=2)
         self.seed, self.learning_rate = seed, learning_rate
         torch.manual_seed(seed)
         self.policy = PlacementNetwork(self.observation_space, encoder, encoder_kwargs, head_hidden)
         self.policy.optimizer = torch.optim.Adam(self.policy.parameters(), lr=learning_rate)
-        self.tensorboard_log = tensorboard_log
-        self.num_timesteps = 0
         self.rounds = 0
         self.time_left: Callable[[], float] | None = None  # seconds of budget left (train.py's clock), if any
         self._problems: dict[int, tuple[PlacementProblem, EliteArchive]] = {}
-
-    def get_env(self) -> gym.Env:
-        return self.env
-
-    @property
-    def logger(self) -> Any:
-        from stable_baselines3.common.utils import configure_logger
-
-        return configure_logger(0, None, "guided", True)
 
     def _problem(self, gi: int) -> tuple[PlacementProblem, EliteArchive]:
         if gi not in self._problems:
@@ -77,7 +72,7 @@ class GuidedSearch:
             start = task.initial_units(gi, self.env.unwrapped.initial_placement,  # type: ignore[attr-defined]
                                        np.random.default_rng(self.seed))
             problem = PlacementProblem(task.graphs[gi], task.cluster, task.max_devices, start)
-            archive = EliteArchive(self.settings.elite)
+            archive = EliteArchive(self.config.elite)
             archive.add(start[None, :], *problem.judge(start[None, :]))
             self._problems[gi] = (problem, archive)
         return self._problems[gi]
@@ -85,17 +80,7 @@ class GuidedSearch:
     def learn(self, total_timesteps: int, callback: Any = None, progress_bar: bool = False,
               reset_num_timesteps: bool = True, tb_log_name: str = "guided") -> GuidedSearch:
         """Run rounds until ``total_timesteps`` proposals or until a callback returns False; returns self."""
-        from stable_baselines3.common.callbacks import CallbackList, ProgressBarCallback
-
-        if reset_num_timesteps:
-            self.num_timesteps = 0
-        callbacks = list(callback) if isinstance(callback, (list, tuple)) else [callback] if callback else []
-        if progress_bar:
-            callbacks.append(ProgressBarCallback())
-        hooks = CallbackList(callbacks)
-        hooks.init_callback(cast(Any, self))
-        total = self.num_timesteps + total_timesteps if not reset_num_timesteps else total_timesteps
-        hooks.on_training_start({"total_timesteps": total}, {})
+        hooks, total = self.start_learning(total_timesteps, callback, progress_bar, reset_num_timesteps)
         graphs = len(self.env.unwrapped.task.graphs)  # type: ignore[attr-defined]
         while self.num_timesteps < total:
             left = float("inf") if self.time_left is None else self.time_left()
@@ -103,9 +88,9 @@ class GuidedSearch:
                 break
             gi = self.rounds % graphs
             problem, archive = self._problem(gi)
-            guided_search(self.policy, problem, left, self.settings, self.seed + self.rounds,
+            search_rounds(self.policy, problem, left, self.config, self.seed + self.rounds,
                           self.policy.optimizer, max_rounds=1, archive=archive)
-            self.num_timesteps += self.settings.samples
+            self.num_timesteps += self.config.samples
             self.rounds += 1
             units, makespan, overflow = archive.best
             info = {"graph": problem.graph.name, "best_makespan": makespan, "best_oom": overflow > 0,
@@ -116,30 +101,17 @@ class GuidedSearch:
         hooks.on_training_end()
         return self
 
-    @torch.no_grad()
-    def predict(self, observation: dict, state: Any = None, episode_start: Any = None,
-                deterministic: bool = False) -> tuple[np.ndarray, None]:
-        """A device per unit for ``observation`` (argmax when ``deterministic``), as SB3's ``predict``."""
-        logits = self.policy(observation)[0]
-        if deterministic:
-            return logits.argmax(dim=-1).numpy(), None
-        return Categorical(logits=logits).sample().numpy(), None
-
-    def settings_dict(self) -> dict:
+    def settings(self) -> dict:
         """The settings to rebuild this algorithm with (saved in checkpoints)."""
         return {"head_hidden": self.policy.head_hidden, "learning_rate": self.learning_rate,
-                "samples": self.settings.samples, "search_seconds": self.settings.search_seconds,
-                "elite": self.settings.elite, "seed": self.seed}
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the project's checkpoint (:mod:`agents.checkpoints`): settings as JSON, weights as tensors."""
-        from .checkpoints import save_checkpoint
-
-        save_checkpoint(self, path, "guided", self.settings_dict())
+                "samples": self.config.samples, "search_seconds": self.config.search_seconds,
+                "elite": self.config.elite, "seed": self.seed}
 
     @classmethod
-    def load(cls, path: str | os.PathLike, env: gym.Env) -> GuidedSearch:
-        """The algorithm saved at ``path``, on ``env`` (which must have the saved observation space)."""
-        from .checkpoints import load_as
-
-        return cast(GuidedSearch, load_as(cls, path, env, "a guided search"))
+    def from_settings(cls, env: gym.Env, policy: dict, settings: dict, **kwargs: Any) -> GuidedSearch:
+        """A new guided search on ``env`` from saved settings; a pretrained policy's ``info`` (notes on how it was
+        made) is not a setting and is left out. Raises ``ValueError`` for a policy with a stay prior."""
+        if policy.get("expected_moves") is not None:
+            raise ValueError("the guided search's policy has no stay prior; leave expected_moves unset")
+        policy = {k: v for k, v in policy.items() if k != "expected_moves"}
+        return cls(env, **policy, **{k: v for k, v in settings.items() if k != "info"}, **kwargs)

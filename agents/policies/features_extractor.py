@@ -22,17 +22,22 @@ from graph_encoders import GraphBatch, build_encoder
 
 @dataclass(frozen=True)
 class FeatureLayout:
+    """The packed feature vector's layout (module docstring) for ``max_nodes`` nodes, embeddings of ``embed_dim`` and
+    ``max_devices`` devices."""
+
     max_nodes: int
     embed_dim: int
     max_devices: int
 
     @property
     def size(self) -> int:
+        """The packed vector's length."""
         n, d, k = self.max_nodes, self.embed_dim, self.max_devices
         return n * d + d + k + 2 * n + n * k
 
     def pack(self, nodes: Tensor, graph: Tensor, gpu: Tensor, node_mask: Tensor, current: Tensor,
              current_device: Tensor) -> Tensor:
+        """Concatenate the parts (batch first) into one (B, :attr:`size`) tensor."""
         b = nodes.shape[0]
         return torch.cat([nodes.reshape(b, -1), graph, gpu, node_mask.float(), current.float(),
                           current_device.reshape(b, -1)], dim=1)
@@ -85,6 +90,7 @@ class GraphFeaturesExtractor(BaseFeaturesExtractor):
         self.layout = layout
 
     def forward(self, observations: dict[str, Tensor]) -> Tensor:
+        """The encoder on an observation batch, packed by :class:`FeatureLayout`."""
         batch = GraphBatch.from_observation(observations)
         nodes, graph = self.encoder(batch)
         return self.layout.pack(nodes, graph, batch.gpu_onehot, batch.node_mask, batch.x[..., -1],

@@ -15,6 +15,9 @@ from torch.distributions import Categorical
 
 
 class NodeCategoricalDistribution(MultiCategoricalDistribution):
+    """One categorical per node over devices, for ``MultiDiscrete([num_devices] * num_nodes)`` actions: log-
+    probabilities and entropies summed over nodes."""
+
     def __init__(self, num_nodes: int, num_devices: int) -> None:
         super().__init__([num_devices] * num_nodes)
         self.num_nodes, self.num_devices = num_nodes, num_devices

@@ -5,11 +5,11 @@
 or on ``DevicePlacementSequential-v0`` (the current unit's device);
 :class:`MaskablePlacementPolicy` is the same for ``sb3_contrib.MaskablePPO``.
 
-The pieces: :class:`~agents.features_extractor.GraphFeaturesExtractor` (the
+The pieces: :class:`~agents.policies.features_extractor.GraphFeaturesExtractor` (the
 encoder), :class:`PlacementLatent` (routes the packed features: all of them to
 the actor, the graph vector and device one-hot to the critic),
-:class:`~agents.heads.NodeDeviceHead` as ``action_net`` and
-:class:`~agents.heads.ValueHead` as ``value_net``.
+:class:`~agents.policies.heads.NodeDeviceHead` as ``action_net`` and
+:class:`~agents.policies.heads.ValueHead` as ``value_net``.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class _PlacementPolicyMixin:
 
 class PlacementPolicy(_PlacementPolicyMixin, ActorCriticPolicy):
     """Args (besides SB3's): ``encoder`` (default ``"fadp-gt"``), ``encoder_kwargs``, ``head_hidden`` (64),
-    ``expected_moves`` (the head's optional stay prior, see :mod:`agents.heads`; default ``None``: the
+    ``expected_moves`` (the head's optional stay prior, see :mod:`agents.policies.heads`; default ``None``: the
     spec's head exactly)."""
 
     def __init__(self, observation_space, action_space, lr_schedule, encoder: str = "fadp-gt",

@@ -1,10 +1,11 @@
 """The placement policy of the guided search as a file: a network that places graphs of any size up to a limit.
 
-:class:`~agents.reinforce.PlacementNetwork`'s weights do not depend on the number of units (the encoder and the
+:class:`~agents.policies.network.PlacementNetwork`'s weights do not depend on the number of units (the encoder and the
 per-unit head run on each graph at its own size), only on the node-feature width and the device padding. So a
 pretrained policy places any graph of at most :data:`POLICY_MAX_UNITS` units (larger ones are coarsened first) on
 any cluster of at most ``max_devices`` devices. It is saved in the project's checkpoint format
-(:mod:`agents.checkpoints`, algorithm ``guided``; tensors loaded with ``weights_only=True``).
+(:mod:`agents.algorithms.checkpoint`, algorithm ``guided``; tensors loaded with ``weights_only=True``), so
+``train.py --resume`` and :func:`agents.algorithms.registry.load_model` read it too.
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from agents.algorithms.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from agents.algorithms.guided_search import GuidedSearch
+from agents.policies.network import PlacementNetwork
 from placement_env.envs.task import DEFAULT_MAX_UNITS
 from placement_env.graph.units import STATIC_FEATURES
 
-from .checkpoints import read_checkpoint, save_checkpoint
-from .reinforce import PlacementNetwork
-
 POLICY_FILE = "policy.zip"
 POLICY_MAX_UNITS = DEFAULT_MAX_UNITS  # the largest graph (placement units) a saved policy places uncoarsened
-ALGO = "guided"
+ALGO = GuidedSearch.name  # a policy file is a guided search's checkpoint
 
 
 def policy_space(max_devices: int, max_units: int = POLICY_MAX_UNITS) -> gym.spaces.Dict:
@@ -47,20 +48,17 @@ def new_network(encoder: str = "fadp-gt", encoder_kwargs: dict | None = None, ma
 
 def save_policy(network: PlacementNetwork, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None,
                 info: dict | None = None) -> None:
-    """Write ``network`` (and ``optimizer``'s state) to ``path`` atomically; ``info`` is kept as plain data."""
-
-    class Holder:
-        policy = network
-        num_timesteps = 0
-        observation_space = network.observation_space
-
-    network.optimizer = optimizer  # type: ignore[assignment]
-    policy = {"encoder": network.encoder_name, "encoder_kwargs": network.encoder_kwargs, "expected_moves": None}
-    save_checkpoint(Holder, path, ALGO, {"head_hidden": network.head_hidden, "info": info or {}}, policy)
+    """Write ``network`` (and ``optimizer``'s state) to ``path`` atomically; ``info`` (how the policy was made) is
+    kept as plain data."""
+    settings = {"head_hidden": network.head_hidden, "info": info or {}}
+    write_checkpoint(Checkpoint(ALGO, network.settings(), settings, network.observation_space, 0,
+                                network.state_dict(), None if optimizer is None else optimizer.state_dict()), path)
 
 
 def load_policy(path: str | os.PathLike, with_optimizer: bool = False) -> Any:
-    """The network saved at ``path`` (and, ``with_optimizer``, the optimizer's saved state or None)."""
+    """The network saved at ``path`` (and, ``with_optimizer``, the optimizer's saved state or None), with the
+    file's ``info`` as ``network.info``. Raises ``ValueError`` for a checkpoint of another algorithm or weights that
+    do not fit (and what :func:`~agents.algorithms.checkpoint.read_checkpoint` raises)."""
     saved = read_checkpoint(path)
     if saved.algo != ALGO:
         raise ValueError(f"{str(path)!r} holds a {saved.algo} model, not a guided-search placement policy")
@@ -73,11 +71,6 @@ def load_policy(path: str | os.PathLike, with_optimizer: bool = False) -> Any:
                          f"({str(error).splitlines()[0]})") from None
     network.info = dict(saved.algo_kwargs.get("info", {}))  # type: ignore[assignment]
     return (network, saved.optimizer_state) if with_optimizer else network
-
-
-def policy_limits(network: PlacementNetwork) -> tuple[int, int]:
-    """``(max units, max devices)`` a policy places."""
-    return network.max_nodes, network.max_devices
 
 
 def shipped_policy_path() -> Path:

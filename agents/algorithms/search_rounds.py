@@ -30,99 +30,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from baselines.anneal import AnnealSettings, anneal_units
-from baselines.memory import overflow_bytes
-from placement_env.cluster import Cluster
-from placement_env.envs.task import PlacementTask
-from placement_env.graph.model import ComputationGraph
-from placement_env.sim.simulator import Simulator
+from agents.policies.network import PlacementNetwork
+from baselines.anneal import AnnealConfig, anneal_units
 
-from .reinforce import PlacementNetwork
-
-
-def homogeneous(cluster: Cluster) -> bool:
-    """Whether every device of ``cluster`` has the same speed and memory and every link the same bandwidth and
-    latency: then device labels are interchangeable and placements are compared in :func:`canonical_labels`."""
-    m = cluster.num_devices
-    off = ~np.eye(m, dtype=bool)
-    return bool(np.ptp(cluster.speed) == 0 and np.ptp(cluster.memory) == 0
-                and (m < 2 or (np.ptp(cluster.bandwidth[off]) == 0 and np.ptp(cluster.latency[off]) == 0)))
-
-
-def aligned_labels(rows: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    """Relabel the devices of each row of ``rows`` (B x units) by the permutation that makes it agree with
-    ``reference`` (a device per unit) on the most units (an assignment problem on the devices' overlap counts).
-    On a homogeneous cluster a placement's labels are arbitrary; aligned with the placement the policy sees, a
-    placement that keeps most units where they are asks the policy mostly to "stay"."""
-    from scipy.optimize import linear_sum_assignment
-
-    rows = np.atleast_2d(rows)
-    m = int(max(rows.max(), reference.max())) + 1
-    out = np.empty_like(rows)
-    for b, row in enumerate(rows):
-        overlap = np.zeros((m, m), np.int64)
-        np.add.at(overlap, (row, reference), 1)
-        source, target = linear_sum_assignment(-overlap)
-        mapping = np.empty(m, np.int64)
-        mapping[source] = target
-        out[b] = mapping[row]
-    return out
-
-
-def canonical_labels(rows: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Relabel the devices of each row of ``rows`` (B x units) in order of first use along ``order`` (units in
-    topological order): the first unit's device becomes 0, the next new device 1, and so on. Two placements that
-    differ only by a permutation of identical devices get the same labels."""
-    rows = np.atleast_2d(rows)
-    out = np.empty_like(rows)
-    for b, row in enumerate(rows):
-        _, first = np.unique(row[order], return_index=True)
-        used = row[order][np.sort(first)]
-        mapping = np.empty(int(row.max()) + 1, np.int64)
-        mapping[used] = np.arange(used.size)
-        out[b] = mapping[row]
-    return out
-
-
-class PlacementProblem:
-    """One graph on one cluster: the policy's observation and the simulator's judgement, in placement units.
-
-    Args:
-        graph: the graph (already coarsened to the policy's size, if need be).
-        cluster: its devices.
-        max_devices: the policy's device padding (at least the cluster's device count).
-        start_units: the placement the observation shows (a device per unit; default everything on device 0).
-    """
-
-    def __init__(self, graph: ComputationGraph, cluster: Cluster, max_devices: int,
-                 start_units: np.ndarray | None = None) -> None:
-        self.graph, self.cluster = graph, cluster
-        self.task = PlacementTask(graph, cluster=cluster, max_devices=max_devices, flatten=False, max_units=None)
-        self.units = self.task.units[0]
-        self.num_units, self.num_devices = self.units.num_units, cluster.num_devices
-        self.simulator = Simulator(graph, cluster)
-        self.canonical = homogeneous(cluster)
-        start = np.zeros(self.num_units, np.int64) if start_units is None else np.asarray(start_units, np.int64)
-        self.start_units = start
-        self.shown = canonical_labels(start, self.units.topological_order)[0] if self.canonical else start
-        obs = self.task.observation(0, self.shown, np.zeros(self.num_units, np.int8))
-        self.observation = {k: torch.as_tensor(v).unsqueeze(0) for k, v in obs.items()}
-
-    def judge(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(makespan s, overflow bytes)`` of each row of ``rows`` (B x units), in one simulator call."""
-        batch = self.simulator.simulate_batch(np.asarray(rows)[:, self.graph.unit_of], check=False)
-        return batch.makespan, overflow_bytes(batch.peak_memory, self.cluster)
-
-    def labels(self, rows: np.ndarray) -> np.ndarray:
-        """``rows`` as the policy imitates them: on a homogeneous cluster relabelled to agree most with the start
-        placement the observation shows (:func:`aligned_labels`; the start itself in :func:`canonical_labels`),
-        as they are otherwise. (The simulator breaks ties by device index, so a relabelled placement's makespan
-        can differ slightly: judge placements as found and relabel only what the policy imitates.)"""
-        return aligned_labels(rows, self.shown) if self.canonical else np.atleast_2d(rows)
-
-    def logits(self, network: PlacementNetwork) -> Tensor:
-        """The policy's (units, devices) logits for this problem (devices beyond the cluster cut off)."""
-        return network(self.observation)[0, :self.num_units, :self.num_devices]
+from .problem import PlacementProblem
 
 
 @dataclass
@@ -134,6 +45,8 @@ class EliteArchive:
     keys: list[tuple[float, float]] = field(default_factory=list)
 
     def add(self, rows: np.ndarray, makespan: np.ndarray, overflow: np.ndarray) -> None:
+        """Take in ``rows`` (B x units) with their makespans (s) and overflows (bytes), keeping the ``size`` best
+        distinct ones."""
         entries = list(zip(self.keys, self.rows))
         entries += [((float(o), float(mk)), row.copy()) for row, mk, o in zip(rows, makespan, overflow)]
         entries.sort(key=lambda entry: entry[0])
@@ -152,7 +65,7 @@ class EliteArchive:
 
 
 @dataclass(frozen=True)
-class GuidedSearchSettings:
+class SearchRoundsConfig:
     """The loop's knobs (see the module docstring). ``search_seconds`` is the annealing per round (s)."""
 
     samples: int = 256
@@ -162,11 +75,11 @@ class GuidedSearchSettings:
     updates: int = 2
     chains: int = 1
     incumbent_share: float | None = None
-    anneal: AnnealSettings = AnnealSettings()
+    anneal: AnnealConfig = AnnealConfig()
 
 
 @dataclass
-class GuidedSearchResult:
+class SearchRoundsResult:
     """The best unit placement found, its makespan (s) and overflow (bytes), and the loop's counters."""
 
     units: np.ndarray
@@ -193,17 +106,17 @@ def imitation_loss(logits: Tensor, targets: np.ndarray) -> Tensor:
     return -log_probs.gather(1, index).mean()
 
 
-def guided_search(network: PlacementNetwork, problem: PlacementProblem, budget_seconds: float,
-                  settings: GuidedSearchSettings = GuidedSearchSettings(), seed: int = 0,
+def search_rounds(network: PlacementNetwork, problem: PlacementProblem, budget_seconds: float,
+                  config: SearchRoundsConfig = SearchRoundsConfig(), seed: int = 0,
                   optimizer: torch.optim.Optimizer | None = None, starts: list[np.ndarray] | None = None,
-                  max_rounds: int | None = None, archive: EliteArchive | None = None) -> GuidedSearchResult:
+                  max_rounds: int | None = None, archive: EliteArchive | None = None) -> SearchRoundsResult:
     """Propose, improve, learn (module docstring) on ``problem`` for ``budget_seconds`` of wall-clock time (or
     ``max_rounds`` rounds). ``starts`` (unit placements) join the archive before the first round; ``archive``
     continues an earlier search's (it is updated in place). Without an ``optimizer`` the policy is only sampled
     (it does not learn)."""
     began = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
-    archive = EliteArchive(settings.elite) if archive is None else archive
+    archive = EliteArchive(config.elite) if archive is None else archive
     if starts:
         rows = np.stack(starts)
         archive.add(rows, *problem.judge(rows))
@@ -216,19 +129,19 @@ def guided_search(network: PlacementNetwork, problem: PlacementProblem, budget_s
             break  # no round whose proposals alone would overrun the budget
         proposed = time.perf_counter()
         logits = problem.logits(network)
-        rows = sample_rows(torch.softmax(logits.detach(), -1), settings.samples, settings.epsilon, generator)
+        rows = sample_rows(torch.softmax(logits.detach(), -1), config.samples, config.epsilon, generator)
         makespan, overflow = problem.judge(rows)
         evaluations += len(rows)
         archive.add(rows, makespan, overflow)
         proposing = time.perf_counter() - proposed
         proposal = rows[int(np.lexsort((makespan, overflow))[0])]
-        for chain, start in enumerate([proposal, archive.best[0]][:settings.chains]):
-            seconds = min(settings.search_seconds, max(0.0, budget_seconds - (time.perf_counter() - began)))
-            anneal = settings.anneal
-            if settings.incumbent_share is not None and budget_seconds < float("inf"):
+        for chain, start in enumerate([proposal, archive.best[0]][:config.chains]):
+            seconds = min(config.search_seconds, max(0.0, budget_seconds - (time.perf_counter() - began)))
+            anneal = config.anneal
+            if config.incumbent_share is not None and budget_seconds < float("inf"):
                 # the incumbent's chain follows one cooling schedule over the whole budget; the proposal's is short
-                share = settings.incumbent_share if chain == 1 else 1.0 - settings.incumbent_share
-                seconds = min(2 * settings.search_seconds * share,
+                share = config.incumbent_share if chain == 1 else 1.0 - config.incumbent_share
+                seconds = min(2 * config.search_seconds * share,
                               max(0.0, budget_seconds - (time.perf_counter() - began)))
                 if chain == 1:
                     low = (time.perf_counter() - began) / budget_seconds
@@ -237,13 +150,13 @@ def guided_search(network: PlacementNetwork, problem: PlacementProblem, budget_s
                     anneal = replace(anneal, t_start=anneal.t_start * ratio**low, t_end=anneal.t_start * ratio**high)
             if seconds <= 0:
                 break
-            refined = anneal_units(problem.graph, problem.cluster, start, seed + rounds, seconds, settings=anneal)
+            refined = anneal_units(problem.graph, problem.cluster, start, seed + rounds, seconds, config=anneal)
             evaluations += refined.evaluations
             units = problem.graph.unit_placement(refined.placement)[None, :]
             archive.add(units, np.array([refined.makespan]), np.array([refined.overflow]))
         if optimizer is not None and time.perf_counter() - began < budget_seconds:  # no update past the budget
             targets = problem.labels(np.stack(archive.rows))
-            for step in range(settings.updates):
+            for step in range(config.updates):
                 loss = imitation_loss(logits if step == 0 else problem.logits(network), targets)
                 optimizer.zero_grad()
                 loss.backward()
@@ -251,6 +164,6 @@ def guided_search(network: PlacementNetwork, problem: PlacementProblem, budget_s
         rounds += 1
         history.append((time.perf_counter() - began, archive.best[1]))
     units, best_makespan, best_overflow = archive.best
-    return GuidedSearchResult(units, best_makespan, best_overflow, rounds, evaluations,
+    return SearchRoundsResult(units, best_makespan, best_overflow, rounds, evaluations,
                               time.perf_counter() - began, history)
 

@@ -1,0 +1,170 @@
+"""The checkpoint file: one format for every algorithm, read and written without knowing any of them.
+
+A checkpoint is a zip file holding
+
+* ``checkpoint.json``: the format and version, the algorithm's name (``ppo``, ``a2c``, ``maskable-ppo``,
+  ``reinforce``, ``guided``), the policy's settings (``encoder``, ``encoder_kwargs``, ``expected_moves``), the
+  algorithm's own settings as plain data, the observation space (as plain data) and the environment steps
+  trained;
+* ``policy.pt`` and ``optimizer.pt``: the network's and the optimizer's ``state_dict``, tensors only.
+
+:func:`read_checkpoint` loads the tensors with ``torch.load(..., weights_only=True)``: nothing in the file is
+unpickled as code, so a checkpoint from anywhere is safe to read. (A stable-baselines3 ``model.save`` zip is not:
+SB3 unpickles parts of it.) Rebuilding a model from a :class:`Checkpoint` is each algorithm's business
+(``cls(env, **settings)``, :mod:`agents.algorithms.base`); :mod:`agents.algorithms.registry` does it by name.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from agents.policies.features_extractor import binary_count
+
+FORMAT = "device-placement-checkpoint"
+VERSION = 2
+
+
+# ------------------------------------------------------------------------------------ spaces as plain data
+
+def space_to_json(space: gym.Space) -> dict:
+    """A placement observation space (a ``Dict`` of ``Box`` / ``MultiBinary`` / ``Discrete``) as plain data."""
+    if isinstance(space, gym.spaces.Dict):
+        return {"type": "Dict", "spaces": {k: space_to_json(v) for k, v in space.spaces.items()}}
+    if isinstance(space, gym.spaces.Box):
+        if not (np.all(space.low == space.low.flat[0]) and np.all(space.high == space.high.flat[0])):
+            raise ValueError("only boxes with one lower and one upper bound are saved in checkpoints")
+        return {"type": "Box", "low": space.low.flat[0].item(), "high": space.high.flat[0].item(),
+                "shape": list(space.shape), "dtype": str(space.dtype)}
+    if isinstance(space, gym.spaces.MultiBinary) and isinstance(space.n, (int, np.integer)):
+        return {"type": "MultiBinary", "n": int(space.n)}
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n)}
+    raise ValueError(f"cannot save an observation space of type {type(space).__name__} in a checkpoint")
+
+
+def space_from_json(data: Any, where: str = "observation_space") -> gym.Space:
+    """Inverse of :func:`space_to_json`; a malformed entry is a ``ValueError`` naming it."""
+    try:
+        kind = data["type"]
+        if kind == "Dict":
+            return gym.spaces.Dict({k: space_from_json(v, f"{where}.{k}") for k, v in data["spaces"].items()})
+        if kind == "Box":
+            return gym.spaces.Box(data["low"], data["high"], tuple(int(x) for x in data["shape"]),
+                                  np.dtype(data["dtype"]))
+        if kind == "MultiBinary":
+            return gym.spaces.MultiBinary(int(data["n"]))
+        if kind == "Discrete":
+            return gym.spaces.Discrete(int(data["n"]))
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"checkpoint: {where} is malformed ({type(error).__name__}: {error})") from None
+    raise ValueError(f"checkpoint: {where} has unknown space type {kind!r}")
+
+
+def padding(space: gym.spaces.Dict) -> tuple[int, int, int]:
+    """``(max_nodes, max_edges, max_devices)`` of a placement observation space."""
+    return (binary_count(space["node_mask"]), binary_count(space["edge_mask"]),
+            binary_count(space["gpu_onehot"]))
+
+
+# ----------------------------------------------------------------------------------------- the file format
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The contents of a checkpoint file (states are ``state_dict`` s of tensors), read without building anything."""
+
+    algo: str
+    policy: dict  # encoder, encoder_kwargs, expected_moves
+    algo_kwargs: dict  # the algorithm's own settings, plain data
+    observation_space: gym.spaces.Dict
+    num_timesteps: int
+    policy_state: dict
+    optimizer_state: dict | None
+
+    @property
+    def padding(self) -> tuple[int, int, int]:
+        """``(max_nodes, max_edges, max_devices)`` the policy was built for."""
+        return padding(self.observation_space)
+
+
+def _tensor_bytes(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def write_checkpoint(checkpoint: Checkpoint, path: str | os.PathLike) -> None:
+    """Write ``checkpoint`` to ``path`` atomically (a temporary file renamed over it: a reader never sees half a
+    file). Raises ``ValueError`` for an observation space that plain data cannot hold."""
+    meta = {"format": FORMAT, "version": VERSION, "algo": checkpoint.algo, "policy": checkpoint.policy,
+            "algo_kwargs": checkpoint.algo_kwargs, "observation_space": space_to_json(checkpoint.observation_space),
+            "num_timesteps": int(checkpoint.num_timesteps)}
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("checkpoint.json", json.dumps(meta, indent=1))
+            archive.writestr("policy.pt", _tensor_bytes(checkpoint.policy_state))
+            if checkpoint.optimizer_state is not None:
+                archive.writestr("optimizer.pt", _tensor_bytes(checkpoint.optimizer_state))
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Read a checkpoint file: JSON settings, and tensors loaded with ``weights_only=True``.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: a file that is not a checkpoint of this project (an SB3 ``model.save`` file is named as such),
+            of another version, holding something other than tensors, or missing an entry (named)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such checkpoint file: {str(path)!r}")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+            if "checkpoint.json" not in names:
+                hint = (" (it looks like a stable-baselines3 model.save file: load it with PPO.load, which "
+                        "unpickles code, only if you trust it, and pass the model)" if "data" in names else "")
+                raise ValueError(f"{str(path)!r} is not a checkpoint of this project{hint}")
+            meta = json.loads(archive.read("checkpoint.json"))
+            policy_state = torch.load(io.BytesIO(archive.read("policy.pt")), weights_only=True)
+            optimizer_state = (torch.load(io.BytesIO(archive.read("optimizer.pt")), weights_only=True)
+                               if "optimizer.pt" in names else None)
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, RuntimeError, EOFError) as error:
+        raise ValueError(f"{str(path)!r} is not a checkpoint of this project ({type(error).__name__}: "
+                         f"{str(error).splitlines()[0] if str(error) else ''})") from None
+    except Exception as error:  # noqa: BLE001 - torch's safe unpickler refuses anything but tensors
+        if type(error).__name__ == "UnpicklingError":
+            raise ValueError(f"{str(path)!r} holds something other than tensors; refused without running it "
+                             f"({str(error).splitlines()[0]})") from None
+        raise
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"{str(path)!r} is not a checkpoint of this project")
+    if meta.get("version") != VERSION:
+        raise ValueError(f"{str(path)!r} is checkpoint version {meta.get('version')!r}; this version reads "
+                         f"{VERSION}")
+    try:
+        return Checkpoint(algo=str(meta["algo"]), policy=dict(meta["policy"]), algo_kwargs=dict(meta["algo_kwargs"]),
+                          observation_space=_dict_space(space_from_json(meta["observation_space"]), path),
+                          num_timesteps=int(meta["num_timesteps"]), policy_state=policy_state,
+                          optimizer_state=optimizer_state)
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"{str(path)!r}: checkpoint.json lacks {error}") from None
+
+
+def _dict_space(space: gym.Space, path: str | os.PathLike) -> gym.spaces.Dict:
+    if not isinstance(space, gym.spaces.Dict):
+        raise ValueError(f"{str(path)!r}: the saved observation space is not a placement observation (a Dict)")
+    return space

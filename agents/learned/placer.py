@@ -1,0 +1,249 @@
+"""Place a graph with a pretrained policy: :func:`place`, what ``agents.place(graph, cluster)`` and
+``python -m agents.place`` call.
+
+Two ways, both from a policy made by :mod:`agents.learned.pretraining` (the shipped one by default):
+
+* **zero-shot**: one forward pass of the policy, ``samples`` placements drawn from it (at
+  :data:`ZERO_SHOT_TEMPERATURE`, the most likely placement first) and judged in one simulator call, the best
+  kept; when every one is out of memory, the best is repaired as the classical placers' placements are.
+* **fine-tuned** (the default, ``budget_seconds``, default :data:`DEFAULT_BUDGET_SECONDS`): first
+  :data:`EXPLORE_SHARE` of the budget anneals from each of the :data:`EXPLORE_STARTS` best starts (the best
+  zero-shot proposal and the placements of the fast classical placers the ``anneal`` placer starts from), then
+  the search rounds (:func:`agents.algorithms.search_rounds.search_rounds`) for the rest: the policy proposes,
+  the annealing improves (in each round a chain from the best proposal and a longer one, :data:`INCUMBENT_SHARE`
+  of the round, continuing the best placement found on one cooling schedule over the whole budget; a round
+  lasts about 2 / :data:`ROUNDS_PER_BUDGET` of the budget), the policy learns from the best placements found.
+
+How the constants were chosen, on which graphs, and what the benchmark measures: ``docs/learned.md``.
+A policy of another algorithm (a PPO, A2C, MaskablePPO or REINFORCE checkpoint, or a model with SB3's
+``predict``) places by acting in the environment instead (:func:`agents.algorithms.rollout.policy_placement`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.algorithms.checkpoint import read_checkpoint
+from agents.algorithms.problem import PlacementProblem
+from agents.algorithms.rollout import policy_placement
+from agents.algorithms.search_rounds import SearchRoundsConfig, sample_rows, search_rounds
+from agents.policies.network import PlacementNetwork
+from baselines.anneal import anneal_units
+from baselines.memory import PlacementInfeasibleError
+from baselines.memory_repair import repair_memory
+from baselines.placers import CONSTRUCTIVE, SEARCH_STARTS
+from baselines.starts import ranked_starts
+from placement_env.checks import checked_count, checked_finite
+from placement_env.cluster import Cluster
+from placement_env.envs.task import fit_units
+from placement_env.graph.model import ComputationGraph
+from placement_env.sim.simulator import Simulator
+
+from .policy_file import ALGO, load_policy, shipped_policy_path
+
+DEFAULT_BUDGET_SECONDS = 10.0
+DEFAULT_SAMPLES = 512
+ZERO_SHOT_TEMPERATURE = 0.25  # logits divided by it: sharper than the policy's own (1.0)
+ROUNDS_PER_BUDGET = 8  # each of a round's two chains anneals for budget / ROUNDS_PER_BUDGET seconds
+EXPLORE_SHARE = 0.6  # the part of the budget first spent annealing from each of the EXPLORE_STARTS best starts
+EXPLORE_STARTS = 3
+INCUMBENT_SHARE: float | None = 0.75  # a round's share continuing the best placement (the rest: its best proposal)
+ROLLOUT_STEPS = 10  # environment steps a policy of another algorithm takes
+
+
+@dataclass(frozen=True)
+class LearnedPlacement:
+    """A placement by the learned placer: a device per node of the graph given, its simulated makespan (s) and
+    memory overflow (bytes, 0 when it fits), the seconds taken, ``method`` (``zero-shot``, ``fine-tuned`` or
+    ``rollout``) and the search rounds run."""
+
+    placement: np.ndarray
+    makespan: float
+    overflow: float
+    seconds: float
+    method: str
+    rounds: int
+
+
+def checked_budget(budget_seconds: float) -> float:
+    """A positive, finite budget (s), or a ``ValueError`` naming it."""
+    value = checked_finite("budget_seconds", budget_seconds)
+    if not value > 0:
+        raise ValueError(f"budget_seconds must be positive, got {budget_seconds!r}")
+    return value
+
+
+def load_placement_policy(policy: Any = None) -> PlacementNetwork:
+    """A :class:`~agents.policies.network.PlacementNetwork` from ``policy``: None (the shipped policy), a policy
+    file, or a network. Raises ``ValueError`` when there is no shipped policy or the file is not a policy file."""
+    if policy is None:
+        path = shipped_policy_path()
+        if not path.exists():
+            raise ValueError(f"no shipped policy at {path}; make one with python -m agents.pretrain and pass it")
+        return load_policy(path)
+    if isinstance(policy, PlacementNetwork):
+        return policy
+    return load_policy(policy)
+
+
+def classical_starts(graph: ComputationGraph, cluster: Cluster, seed: int) -> list[np.ndarray]:
+    """The unit placements of the fast placers the ``anneal`` placer starts from that fit in memory, fastest first
+    (computed once per graph, cluster and seed; none when none fits)."""
+    key = f"classical_starts:{seed}:{json.dumps(cluster.to_dict())}"
+    if key not in graph.derived:
+        try:
+            found, _ = ranked_starts(graph, cluster, {name: CONSTRUCTIVE[name] for name in SEARCH_STARTS}, seed)
+        except PlacementInfeasibleError:
+            found = []
+        graph.derived[key] = [graph.unit_placement(placement) for _, _, placement in found]
+    return [units.copy() for units in graph.derived[key]]
+
+
+def start_units(graph: ComputationGraph, cluster: Cluster, kind: str, seed: int = 0) -> np.ndarray:
+    """The placement (a device per unit) a policy's observation shows: ``best-fast``, the fastest placement within
+    memory of :func:`classical_starts` (everything on device 0 when none fits), or ``single``, everything on
+    device 0. ``ValueError`` for another kind."""
+    if kind == "best-fast":
+        starts = classical_starts(graph, cluster, seed)
+        if starts:
+            return starts[0]
+    elif kind != "single":
+        raise ValueError(f"unknown policy start {kind!r}")
+    return np.zeros(graph.num_units, np.int64)
+
+
+def fitted_problem(graph: ComputationGraph, cluster: Cluster, network: PlacementNetwork,
+                   seed: int = 0) -> PlacementProblem:
+    """The :class:`~agents.algorithms.problem.PlacementProblem` of ``graph`` for ``network`` (its observation
+    showing the start the policy was trained with), coarsened to the policy's unit limit when larger; a cluster of
+    more devices than the policy knows is a ``ValueError``."""
+    max_units, max_devices = network.max_nodes, network.max_devices
+    if cluster.num_devices > max_devices:
+        raise ValueError(f"the cluster has {cluster.num_devices} devices; this policy places on at most "
+                         f"{max_devices} (pretrain one with python -m agents.pretrain --devices ...)")
+    graph = fit_units(graph, max_units)
+    start = start_units(graph, cluster, getattr(network, "info", {}).get("start", "single"), seed)
+    return PlacementProblem(graph, cluster, max_devices, start)
+
+
+def proposals(network: PlacementNetwork, problem: PlacementProblem, samples: int, seed: int,
+              temperature: float = 1.0) -> np.ndarray:
+    """``samples`` unit placements (rows) drawn from one forward pass of ``network`` at ``temperature`` (logits
+    divided by it: below 1, closer to the most likely placement, which is the first row)."""
+    with torch.no_grad():
+        logits = problem.logits(network)
+    generator = torch.Generator().manual_seed(seed)
+    drawn = sample_rows(torch.softmax(logits / temperature, -1), samples - 1, 0.0, generator)
+    return np.concatenate([logits.argmax(-1).numpy()[None, :], drawn])
+
+
+def repaired(problem: PlacementProblem, units: np.ndarray, makespan: float,
+             overflow: float) -> tuple[np.ndarray, float, float]:
+    """``units`` moved within memory by :func:`baselines.memory_repair.repair_memory` (the classical placers'
+    repair) with its makespan (s) and overflow (bytes), or as given when the repair finds nothing."""
+    try:
+        fixed = problem.graph.unit_placement(repair_memory(problem.graph, problem.cluster,
+                                                           problem.graph.expand_unit_placement(units)))
+    except PlacementInfeasibleError:
+        return units, makespan, overflow
+    mk, over = problem.judge(fixed[None, :])
+    return fixed, float(mk[0]), float(over[0])
+
+
+def is_placer_policy(policy: Any) -> bool:
+    """Whether ``policy`` is for the learned placer (None, a :class:`PlacementNetwork`, or a policy file) rather
+    than a policy of another algorithm, placed by rolling it out."""
+    if policy is None or isinstance(policy, PlacementNetwork):
+        return True
+    if isinstance(policy, (str, os.PathLike)):
+        return read_checkpoint(policy).algo == ALGO
+    return False
+
+
+def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_seconds: float | None = None,
+          zero_shot: bool = False, seed: int = 0, samples: int = DEFAULT_SAMPLES, use_classical_starts: bool = True,
+          learn: bool = True, allow_oom: bool = False) -> LearnedPlacement:
+    """Place ``graph`` on ``cluster`` with ``policy`` (module docstring): zero-shot, or fine-tuned for
+    ``budget_seconds`` seconds in all.
+
+    Args:
+        graph, cluster: the problem.
+        policy: None (the shipped policy), a policy file or a :class:`PlacementNetwork` (the learned placer; the
+            caller's network is not changed), or a checkpoint or model of another algorithm (rolled out for
+            :data:`ROLLOUT_STEPS` steps, the graph coarsened to its padding if need be: ``budget_seconds``,
+            ``zero_shot`` and ``samples`` do not apply).
+        budget_seconds: the fine-tuning's wall-clock budget (default :data:`DEFAULT_BUDGET_SECONDS`).
+        zero_shot: one forward pass, no search.
+        seed: seeds the sampling and the search.
+        samples: placements drawn per forward pass.
+        use_classical_starts: whether the search also starts from the fast placers' placements.
+        learn: whether the policy learns during fine-tuning (False: it is only sampled).
+        allow_oom: return the best placement found even when it is out of memory (``overflow`` > 0).
+
+    Returns:
+        a :class:`LearnedPlacement`, a device per node of ``graph`` (coarsening only groups ops).
+
+    Raises:
+        PlacementInfeasibleError: nothing found fits in memory (unless ``allow_oom``), as the classical placers.
+        ValueError: a bad budget or sample count, a cluster larger than the policy knows, a file that is not a
+            checkpoint.
+    """
+    began = time.perf_counter()
+    if not is_placer_policy(policy):
+        placement, _ = policy_placement(graph, cluster, policy, ROLLOUT_STEPS, seed=seed, coarsen=True)
+        result = Simulator(graph, cluster).simulate(placement)
+        over = float(np.maximum(0.0, result.peak_memory - cluster.memory).sum())
+        found = LearnedPlacement(placement, result.makespan, over, time.perf_counter() - began, "rollout", 0)
+    else:
+        found = _learned_placement(graph, cluster, policy, budget_seconds, zero_shot, seed, samples,
+                                   use_classical_starts, learn, began)
+    if found.overflow > 0 and not allow_oom:
+        raise PlacementInfeasibleError(
+            f"the learned placer found no placement of {graph.name!r} within the memory of {cluster.num_devices} "
+            f"devices (its best overflows by {found.overflow / 2**20:.1f} MiB); a larger cluster, or "
+            "allow_oom=True for the best placement anyway")
+    return found
+
+
+def _learned_placement(graph: ComputationGraph, cluster: Cluster, policy: Any, budget_seconds: float | None,
+                       zero_shot: bool, seed: int, samples: int, use_classical_starts: bool, learn: bool,
+                       began: float) -> LearnedPlacement:
+    """:func:`place` with a placer policy."""
+    budget = checked_budget(DEFAULT_BUDGET_SECONDS if budget_seconds is None else budget_seconds)
+    checked_count("samples", samples, 1)
+    network = copy.deepcopy(load_placement_policy(policy))  # fine-tuning must not change the caller's policy
+    problem = fitted_problem(graph, cluster, network, seed)
+    torch.manual_seed(seed)
+    rows = proposals(network, problem, samples, seed, ZERO_SHOT_TEMPERATURE)
+    makespan, overflow = problem.judge(rows)
+    best = int(np.lexsort((makespan, overflow))[0])
+    if zero_shot:
+        units, mk, over, rounds = rows[best], float(makespan[best]), float(overflow[best]), 0
+        if over > 0:  # every sample is out of memory: repaired as the classical placers' placements are
+            units, mk, over = repaired(problem, units, mk, over)
+    else:
+        classical = classical_starts(problem.graph, cluster, seed) if use_classical_starts else []
+        starts = [rows[best]] + classical
+        if EXPLORE_SHARE > 0 and len(starts) > 1:
+            order = np.lexsort(problem.judge(np.stack(starts))[::-1])[:EXPLORE_STARTS]
+            seconds = EXPLORE_SHARE * budget / len(order)
+            for i in order:
+                annealed = anneal_units(problem.graph, cluster, starts[i], seed, seconds)
+                starts.append(problem.graph.unit_placement(annealed.placement))
+        optimizer = torch.optim.Adam(network.parameters(), lr=1e-3) if learn else None
+        config = SearchRoundsConfig(search_seconds=max(0.5, budget / ROUNDS_PER_BUDGET), chains=2,
+                                    incumbent_share=INCUMBENT_SHARE)
+        result = search_rounds(network, problem, budget - (time.perf_counter() - began), config, seed,
+                               optimizer, starts)
+        units, mk, over, rounds = result.units, result.makespan, result.overflow, result.rounds
+    placement = problem.graph.expand_unit_placement(units)  # a device per node: coarsening only groups ops
+    return LearnedPlacement(placement, mk, over, time.perf_counter() - began,
+                            "zero-shot" if zero_shot else "fine-tuned", rounds)

@@ -1,0 +1,52 @@
+"""The benchmark's cells and methods, by name (no torch: the command line checks its input with them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from baselines.placers import CONSTRUCTIVE
+from placement_env.cluster import Cluster
+from placement_env.zoo.registry import REAL_MODELS, load_graph
+from placement_env.zoo.suites import SUITE_NAMES
+
+HELD_OUT_SEEDS = tuple(range(100, 105))
+SUITES = tuple(SUITE_NAMES)  # ptb, cifar10, nmt
+REAL = tuple(REAL_MODELS)  # the six real models
+SEARCHES = ("local-search", "anneal")
+LEARNED = ("learned-scratch", "zero-shot", "fine-tuned")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One benchmark cell: a graph (name or file) on a cluster (``devices`` identical devices, or a file)."""
+
+    graph: str
+    devices: int | None = None
+    cluster_file: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The cell's name in the cache and the table: ``<graph>_<devices>gpu`` or ``<graph>_<cluster file stem>``."""
+        where = Path(self.cluster_file).stem if self.cluster_file else f"{self.devices}gpu"
+        graph = Path(self.graph).name.removesuffix(".gz").removesuffix(".json") if Path(self.graph).suffix in (
+            ".json", ".gz") else self.graph.replace("/", "-")
+        return f"{graph}_{where}"
+
+    def load(self):
+        """``(graph, cluster)`` of the cell; ``ValueError`` / ``OSError`` naming what cannot be loaded."""
+        cluster = Cluster.from_json(self.cluster_file) if self.cluster_file else Cluster.preset(
+            num_devices=self.devices or 3)
+        return load_graph(self.graph), cluster
+
+
+def held_out_cells(seeds: tuple[int, ...] = HELD_OUT_SEEDS, devices: tuple[int, ...] = (3, 5, 8),
+                   real_devices: int = 8) -> list[Cell]:
+    """The benchmark's default cells (:mod:`agents.paper.benchmark` says which)."""
+    cells = [Cell(f"{suite}/{seed}", m) for suite in SUITES for seed in seeds for m in devices]
+    return cells + [Cell(model, real_devices) for model in REAL_MODELS]
+
+
+def methods(include_learned: bool = True) -> list[str]:
+    """Every benchmarked method, classical first."""
+    return list(CONSTRUCTIVE) + list(SEARCHES) + (list(LEARNED) if include_learned else [])
