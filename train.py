@@ -101,13 +101,14 @@ def closing_table(result) -> str:  # result: agents.training.RunResult
     bound, and how the run stands against the strongest classical result, whichever wins."""
     record = result.record
     budget = record.get("search_baseline_seconds")
-    lines = [f"{result.graph}: {record['encoder']} + {record['algo']}, {result.steps} steps, "
+    steps = "proposals" if record["algo"] == "guided" else "environment steps"
+    lines = [f"{result.graph}: {record['encoder']} + {record['algo']}, {result.steps:,} {steps}, "
              f"{result.search_seconds:.1f} s of search on {os.cpu_count()} CPU cores",
              f"{'placement':<26} {'makespan (ms)':>14}",
              f"{'best found':<26} {result.makespan * 1e3:>14.3f}  ({result.lb_ratio:.3f} x lower bound"
              f"{', OOM' if result.oom else ''})"]
     for name, value in record["baselines"].items():
-        label = f"{name} ({budget:g} s)" if budget is not None and name in ("local-search", "anneal") else name
+        label = f"{name} ({budget:.1f} s)" if budget is not None and name in ("local-search", "anneal") else name
         lines.append(f"{label:<26} " + (f"{value * 1e3:>14.3f}" if isinstance(value, float) else f"  {value}"))
     lines.append(f"{'lower bound':<26} {result.lower_bound * 1e3:>14.3f}")
     timed = {name: v for name, v in record["baselines"].items() if isinstance(v, float)}

@@ -354,7 +354,7 @@ def test_the_closing_table_puts_the_searches_at_equal_time_and_the_strongest_pla
     results = run(graph_file, tmp_path / "a", "--timesteps", "16")
     out = capsys.readouterr().out
     seconds = results["search_baseline_seconds"]
-    assert f"anneal ({seconds:g} s)" in out and f"local-search ({seconds:g} s)" in out
+    assert f"anneal ({seconds:.1f} s)" in out and f"local-search ({seconds:.1f} s)" in out
     timed = {k: v for k, v in results["baselines"].items() if isinstance(v, float)}
     strongest = min(timed, key=timed.__getitem__)
     assert f"the strongest classical placer, {strongest} ({timed[strongest] * 1e3:.3f} ms)" in out
