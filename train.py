@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
               "--resume continues it)", file=sys.stderr)
     result = train(config)
     print(closing_table(result))
-    return 130 if result.interrupted else 0  # Ctrl-C: the outputs are written, and the status says it
+    if result.interrupted:  # Ctrl-C or SIGTERM: the outputs are written, and the status says it
+        return 143 if result.terminated else 130  # placement_env.cli's TERMINATED_STATUS, INTERRUPTED_STATUS
+    return 0
 
 
 def closing_table(result) -> str:  # result: agents.training.RunResult
@@ -126,12 +128,17 @@ def run(argv: list[str] | None = None) -> int:
     """:func:`main` with the command line's error contract: bad input is one ``error:`` line and status 2; Ctrl-C
     is one line and status 130 (during training the run still writes its outputs first)."""
     try:
-        return main(argv)
-    except SystemExit as exc:  # argparse has printed its one line
-        return int(exc.code or 0)
-    except KeyboardInterrupt:  # Ctrl-C before training started (or while the outputs were written)
+        from placement_env.cli import interrupted, sigterm_as_interrupt  # as build_parser: loaded late
+    except KeyboardInterrupt:  # Ctrl-C while the first modules load
         print("interrupted", file=sys.stderr)
         return 130
+    try:
+        with sigterm_as_interrupt():
+            return main(argv)
+    except SystemExit as exc:  # argparse has printed its one line
+        return int(exc.code or 0)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM before training started (or while the outputs were written)
+        return interrupted(exc)
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

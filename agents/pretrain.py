@@ -14,7 +14,7 @@ import sys
 
 from agents.jobs import add_fanout_args, fanout_from_args
 from agents.learned.pretrain_config import HELD_OUT_FIRST_SEED, POLICY_STARTS, PretrainConfig
-from placement_env.cli import OneLineParser, check_output_paths
+from placement_env.cli import OneLineParser, check_output_paths, interrupted, sigterm_as_interrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,26 +40,31 @@ def main(argv: list[str] | None = None) -> int:
     add_fanout_args(parser)
     args = parser.parse_args(argv)
     try:
-        config = PretrainConfig(suites=tuple(args.suites), seeds=args.seeds, devices=tuple(args.devices),
-                                expert_seconds=args.expert_seconds, expert_steps=args.expert_steps,
-                                improve_seconds=args.improve_seconds, epochs=args.epochs, rounds=args.rounds,
-                                start=args.start, seed=args.seed)
-        check_output_paths(None, args.out)
-        fanout = fanout_from_args(args)
-        from agents.learned.pretraining import pretrain  # torch: loaded once the settings are checked
-
-        path = pretrain(config, args.out, log=lambda line: print(line, flush=True), fanout=fanout)
+        with sigterm_as_interrupt():
+            path = _pretrain(args)
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except RuntimeError as error:  # jobs that failed: what was done is kept
         print(f"error: {error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"interrupted: what was done is kept in {args.out}; rerun the command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (sigterm_as_interrupt): 130 or 143
+        return interrupted(exc, f"what was done is kept in {args.out}; rerun the command to resume")
     print(f"policy in {path}")
     return 0
+
+
+def _pretrain(args) -> object:
+    """Check the settings, then pretrain; the policy's path."""
+    config = PretrainConfig(suites=tuple(args.suites), seeds=args.seeds, devices=tuple(args.devices),
+                            expert_seconds=args.expert_seconds, expert_steps=args.expert_steps,
+                            improve_seconds=args.improve_seconds, epochs=args.epochs, rounds=args.rounds,
+                            start=args.start, seed=args.seed)
+    check_output_paths(None, args.out)
+    fanout = fanout_from_args(args)
+    from agents.learned.pretraining import pretrain  # torch: loaded once the settings are checked
+
+    return pretrain(config, args.out, log=lambda line: print(line, flush=True), fanout=fanout)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import NoReturn
 
 from placement_env.cluster import DEFAULT_KIND, DEVICE_KINDS, Cluster
@@ -85,11 +88,48 @@ def os_error_message(exc: OSError) -> str:
     return str(exc)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what ``timeout``, Slurm and Kubernetes send) raised in the main thread: every command stops on it as
+    on Ctrl-C (its workers stopped, whole files only), and exits with status :data:`TERMINATED_STATUS`."""
+
+
+INTERRUPTED_STATUS, TERMINATED_STATUS = 130, 143  # 128 + SIGINT, 128 + SIGTERM, as shells report them
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While active (in the main thread), SIGTERM raises :class:`Terminated`; the former handler comes back
+    after. Elsewhere (not the main thread) it does nothing."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interrupted(exc: KeyboardInterrupt, what: str = "") -> int:
+    """Say on stderr, in one line, that the command was interrupted (Ctrl-C) or terminated (SIGTERM), with
+    ``what`` (e.g. what was kept); returns the exit status, 130 or 143."""
+    word, status = ("terminated", TERMINATED_STATUS) if isinstance(exc, Terminated) else \
+        ("interrupted", INTERRUPTED_STATUS)
+    print(f"{word}{': ' + what if what else ''}", file=sys.stderr)
+    return status
+
+
 def run_cli(main: Callable[[], int]) -> int:
     """Run ``main``; bad input (or an output path that cannot be written) ends with a one-line
-    ``error: ...`` on stderr and exit code 2."""
+    ``error: ...`` on stderr and exit code 2; Ctrl-C with one line and 130, SIGTERM with one line and 143."""
     try:
-        return main()
+        with sigterm_as_interrupt():
+            return main()
     except (ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"error: {message}", file=sys.stderr)
@@ -97,6 +137,5 @@ def run_cli(main: Callable[[], int]) -> int:
     except OSError as exc:  # FileNotFoundError, IsADirectoryError, PermissionError, ...
         print(f"error: {os_error_message(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        return interrupted(exc)

@@ -22,6 +22,10 @@ CLUSTER_VERSION = 1
 GIB = 1024**3
 
 
+SPEED_RANGE = (1e-6, 1e6)  # device speeds times a P100 outside it make step times underflow or overflow
+MIN_BANDWIDTH = 1.0  # bytes/s: slower links make transfer times overflow
+
+
 @dataclass(frozen=True)
 class DeviceKind:
     """A device model and the link it sits on.
@@ -131,12 +135,18 @@ class Cluster:
                     raise ValueError(f"device {i} ({d.name!r}): {field} must be a number, got {value!r}")
                 if not math.isfinite(float(value)) or float(value) <= 0:
                     raise ValueError(f"device {i} ({d.name!r}): {field} must be positive and finite, got {value!r}")
+            if not SPEED_RANGE[0] <= float(d.speed) <= SPEED_RANGE[1]:
+                raise ValueError(f"device {i} ({d.name!r}): speed {d.speed!r} is outside [{SPEED_RANGE[0]:g}, "
+                                 f"{SPEED_RANGE[1]:g}] (times a P100): no device is that slow or that fast")
         bw = _link_matrix("bandwidth", bandwidth, devices)
         lat = _link_matrix("latency", latency, devices)
         off = ~np.eye(m, dtype=bool)
         for a, b in zip(*np.nonzero(off & ~(np.isfinite(bw) & (bw > 0)))):
             raise ValueError(f"bandwidth[{a}][{b}] ({devices[a].name} -> {devices[b].name}) must be positive "
                              f"and finite, got {float(bw[a, b])!r}")
+        for a, b in zip(*np.nonzero(off & (bw < MIN_BANDWIDTH))):
+            raise ValueError(f"bandwidth[{a}][{b}] ({devices[a].name} -> {devices[b].name}) is {float(bw[a, b])!r} "
+                             f"bytes/s, below the {MIN_BANDWIDTH:g} of any link")
         for a, b in zip(*np.nonzero(off & ~(np.isfinite(lat) & (lat >= 0)))):
             raise ValueError(f"latency[{a}][{b}] ({devices[a].name} -> {devices[b].name}) must be >= 0 "
                              f"and finite, got {float(lat[a, b])!r}")

@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+MAX_JSON_BYTES_VARIABLE = "DEVICE_PLACEMENT_MAX_JSON_BYTES"
+DEFAULT_MAX_JSON_BYTES = 256 * 2**20  # a 100,000-op training graph is about 30 MB of JSON
+
+
+def max_json_bytes() -> int:
+    """The most bytes a JSON file may hold once uncompressed: :data:`DEFAULT_MAX_JSON_BYTES`, or the environment
+    variable ``DEVICE_PLACEMENT_MAX_JSON_BYTES`` (a whole number of bytes) when set. ``ValueError`` for a value
+    that is not a positive whole number."""
+    text = os.environ.get(MAX_JSON_BYTES_VARIABLE)
+    if text is None:
+        return DEFAULT_MAX_JSON_BYTES
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"{MAX_JSON_BYTES_VARIABLE} must be a positive whole number of bytes, got {text!r}")
+    return int(text)
 
 
 class DuplicateKeyError(ValueError):
@@ -26,18 +43,30 @@ def _object_without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
 
 def read_json_file(path: str | os.PathLike) -> Any:
     """Parse a ``.json`` or ``.json.gz`` file; errors name the file. A key given twice in one object
-    (say a node's device in a placement) is an error, not the last value silently winning."""
+    (say a node's device in a placement) is an error, not the last value silently winning.
+
+    Bounded: a file that holds (or a gzip that expands to) more than :func:`max_json_bytes` is refused after
+    reading at most that many bytes, and nesting deeper than Python's recursion limit is refused, each with a
+    ``ValueError`` saying so."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
     if path.is_dir():
         raise ValueError(f"{str(path)!r} is a directory, not a JSON file")
+    limit = max_json_bytes()
     try:
-        if path.name.endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                return json.load(f, object_pairs_hook=_object_without_duplicate_keys)
-        with open(path, encoding="utf-8") as f:
-            return json.load(f, object_pairs_hook=_object_without_duplicate_keys)
+        opener = gzip.open if path.name.endswith(".gz") else open
+        data = bytearray()
+        with opener(path, "rb") as f:
+            while len(data) <= limit and (chunk := f.read(min(2**20, limit + 1 - len(data)))):
+                data += chunk
+        if len(data) > limit:
+            unpacked = " once uncompressed" if opener is gzip.open else ""
+            raise ValueError(f"{str(path)!r} holds more than {limit:,} bytes of JSON{unpacked} (the limit; raise it "
+                             f"with the environment variable {MAX_JSON_BYTES_VARIABLE})")
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_object_without_duplicate_keys)
+    except RecursionError:
+        raise ValueError(f"{str(path)!r} nests its JSON too deeply to be a file of this project") from None
     except DuplicateKeyError as exc:
         raise ValueError(f"{path}: {exc}") from None  # "file: what", as the graph and cluster validators say
     except (gzip.BadGzipFile, EOFError) as exc:
@@ -72,6 +101,44 @@ def replace_atomically(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def digest_of(data: Any) -> str:
+    """A SHA-256 hex digest of ``data`` (plain JSON data) written canonically (sorted keys): equal data, equal
+    digests, whatever the key order."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+TEMPORARY_NAME = re.compile(r"^\..+\.(\d+)\.tmp")  # what replace_atomically and the checkpoint writer leave
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files a killed atomic write left in ``folder`` (``.name.<pid>.tmp...`` of a process
+    that no longer runs); returns those removed. A live writer's files are left alone."""
+    removed: list[Path] = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for path in folder.iterdir():
+        match = TEMPORARY_NAME.match(path.name)
+        if match and path.is_file() and not _running(int(match.group(1))):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether a process with this PID runs on this machine."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:

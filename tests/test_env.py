@@ -299,3 +299,18 @@ def test_async_vector_env():
         assert reward.shape == (2,) and np.all(np.isfinite(reward))
     finally:
         venv.close()
+
+
+@pytest.mark.parametrize("env_id", ["DevicePlacement-v0", "DevicePlacementSequential-v0"])
+def test_a_step_after_the_episode_ended_needs_a_reset(env_id):
+    env = gym.make(env_id, graph="synthetic/1", episode_length=2) if env_id == "DevicePlacement-v0" else \
+        gym.make(env_id, graph="synthetic/1")
+    env.reset(seed=0)
+    done = False
+    while not done:
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        done = terminated or truncated
+    with pytest.raises(RuntimeError, match=r"the episode has ended .*call reset\(\) before step\(\)"):
+        env.unwrapped.step(env.action_space.sample())
+    env.reset(seed=1)
+    env.step(env.action_space.sample())  # a new episode steps again

@@ -79,10 +79,10 @@ def test_real_quick_runs_are_trained_once_and_cached(tmp_path):
     assert cli.main(["table5", "--quick", "--budget-seconds", "1", "--out", str(tmp_path)]) == 0
     runs = sorted((tmp_path / "runs").iterdir())
     assert len(runs) == len(ex.SUITES) * len(design.DPFR_ROWS)
-    assert all((r / "results.json").exists() and (r / "checkpoint.zip").exists() for r in runs)
-    stamps = [(r / "results.json").stat().st_mtime_ns for r in runs]
+    assert all((r / ex.CACHE_ENTRY).exists() and (r / "checkpoint.zip").exists() for r in runs)
+    stamps = [(r / ex.CACHE_ENTRY).stat().st_mtime_ns for r in runs]
     assert cli.main(["table5", "--quick", "--budget-seconds", "1", "--out", str(tmp_path)]) == 0
-    assert [(r / "results.json").stat().st_mtime_ns for r in sorted((tmp_path / "runs").iterdir())] == stamps
+    assert [(r / ex.CACHE_ENTRY).stat().st_mtime_ns for r in sorted((tmp_path / "runs").iterdir())] == stamps
     rows = table_rows(tmp_path / "table5.md")
     assert len(rows) == len(ex.SUITES) * (len(design.DPFR_ROWS) + len(ex.PLACERS) + 1)
 

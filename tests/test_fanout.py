@@ -90,7 +90,7 @@ def test_experiment_runs_give_the_same_results_in_process_in_workers_and_on_ray(
         settings = ex.ExperimentConfig(seeds=1, budget_seconds=60, algo="ppo", hidden_dim=16, timesteps=48,
                                out=tmp_path / str(i))
         assert ex.fan_out(runs, settings, fanout) == {}
-        records.append([(without_timing(json.loads((ex.run_folder(r, settings) / "results.json").read_text())),
+        records.append([(without_timing(json.loads((ex.run_folder(r, settings) / ex.CACHE_ENTRY).read_text())),
                          (ex.run_folder(r, settings) / "placement.json").read_text()) for r in runs])
     assert records[0] == records[1] == records[2]
     assert len(records[0][0][0]["curve"]) > 1  # the policy moved: a comparison of something
@@ -143,11 +143,11 @@ def wait_for_busy_workers(proc: subprocess.Popen, out: Path, seconds: float = 60
 
 
 def assert_cache_consistent(out: Path) -> int:
-    """Every results.json in the cache is a whole record; how many there are."""
-    files = list((out / "runs").glob("*/results.json"))
+    """Every cache entry (run.json) is a whole record; how many there are."""
+    files = list((out / "runs").glob("*/run.json"))
     for file in files:
         assert "makespan" in json.loads(file.read_text())
-    assert not list((out / "runs").glob("*/.results*.tmp*"))
+    assert not list((out / "runs").glob("*/.run*.tmp*"))
     return len(files)
 
 
@@ -170,7 +170,7 @@ def test_ctrl_c_stops_the_workers_and_a_rerun_resumes(tmp_path, where):
     proc = start_experiment(out, *where)
     if "--ray" in where:  # Ray's workers are the raylet's children: wait for a first result instead
         deadline = time.monotonic() + 120
-        while not list((out / "runs").glob("*/results.json")) and time.monotonic() < deadline:
+        while not list((out / "runs").glob("*/run.json")) and time.monotonic() < deadline:
             time.sleep(0.1)
         workers = []
     else:
@@ -189,6 +189,45 @@ def test_ctrl_c_stops_the_workers_and_a_rerun_resumes(tmp_path, where):
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert (f"{done} run(s) already in" in rerun.stdout) if done else "already in" not in rerun.stdout
     assert assert_cache_consistent(out) == 4
+
+
+def alive(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still running (zombies, ended but not yet reaped, do not count)."""
+    return [pid for pid in pids if Path(f"/proc/{pid}").exists()
+            and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]]
+
+
+def snapshot(out: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_workers_die_with_their_driver_and_write_nothing_after(tmp_path, how):
+    """A driver stopped by SIGTERM (as timeout, Slurm and Kubernetes stop jobs) or SIGKILL: its workers are gone
+    within seconds, write nothing after, leave no half cache entry, and a rerun resumes at once."""
+    out = tmp_path / "out"
+    proc = start_experiment(out)
+    workers = wait_for_busy_workers(proc, out)
+    proc.send_signal(how)
+    output, _ = proc.communicate(timeout=60)
+    if how == signal.SIGTERM:
+        assert proc.returncode == 143 and output.rstrip().endswith("terminated"), output
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 5.0
+    while alive(workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(workers)
+    before = snapshot(out)
+    time.sleep(2.0)
+    assert snapshot(out) == before  # nothing written after
+    done = assert_cache_consistent(out)
+    rerun = subprocess.run([sys.executable, "-m", "agents.experiments", "table6", "--quick", "--models", "vgg19",
+                            "resnet50", "--out", str(out), "--workers", "2"], cwd=ROOT, text=True,
+                           capture_output=True, timeout=300)
+    assert rerun.returncode == 0 and "in use by another run" not in rerun.stdout + rerun.stderr, rerun.stderr
+    assert assert_cache_consistent(out) == 4 and done <= 4
+    assert "failed" not in (out / "table6.md").read_text()
 
 
 def test_ray_missing_is_one_clear_error(tmp_path, capsys, monkeypatch):

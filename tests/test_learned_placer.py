@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 import agents
 from agents.algorithms.problem import PlacementProblem, aligned_labels, canonical_labels, homogeneous
@@ -17,6 +18,7 @@ from agents.learned.pretrain_config import PretrainConfig
 from agents.learned.pretraining import pretrain
 from agents.paper.benchmark import format_report, run_benchmark, verdict
 from agents.paper.benchmark_cells import Cell
+from baselines import place as place_with
 from placement_env import Cluster, load_graph, simulate
 from placement_env.sim.canonical import CANONICAL_CASES, canonical_case
 
@@ -144,11 +146,41 @@ def test_the_benchmark_caches_each_run_and_resumes(tmp_path):
     cells = [Cell("synthetic/1", 2)]
     markdown, _, failed = run_benchmark(cells, 0.2, tmp_path, None, ["heft", "anneal"])
     assert failed == {}
-    cached = tmp_path / "runs" / "synthetic-1_2gpu" / "anneal.json"
+    [cached] = (tmp_path / "runs" / "synthetic-1_2gpu").glob("anneal-*.json")
     first = json.loads(cached.read_text())
     run_benchmark(cells, 0.2, tmp_path, None, ["heft", "anneal"])
     assert json.loads(cached.read_text()) == first  # not run again
     assert (tmp_path / "benchmark.md").read_text() == markdown and (tmp_path / "benchmark.csv").exists()
+
+
+def test_the_benchmark_cache_is_keyed_by_the_graph_s_and_the_policy_s_content(tmp_path):
+    """Two graphs of one file name, and two policies, into one --out: each reports its own numbers."""
+    from placement_env import write_graph
+
+    for name, seed in (("a", 1), ("b", 2)):
+        (tmp_path / name).mkdir()
+        write_graph(load_graph(f"synthetic/{seed}"), tmp_path / name / "g.json")
+    out = tmp_path / "out"
+    reports = {}
+    for name in ("a", "b"):
+        _, table_csv, _ = run_benchmark([Cell(str(tmp_path / name / "g.json"), 2)], 0.2, out, None, ["heft"])
+        reports[name] = [row for row in table_csv.splitlines() if ",heft," in row][0]
+    heft = {name: float(row.split(",")[2]) / 1e3 for name, row in reports.items()}
+    for name, seed in (("a", 1), ("b", 2)):
+        g, c = load_graph(f"synthetic/{seed}"), Cluster.preset("p100", 2)
+        assert heft[name] == pytest.approx(simulate(g, place_with(g, c, "heft"), c).makespan, rel=1e-6)
+    assert heft["a"] != heft["b"]
+    policies = {}
+    for name, seed in (("p", 0), ("q", 7)):
+        torch.manual_seed(seed)
+        save_policy(new_network(), tmp_path / f"{name}.zip")
+        _, table_csv, _ = run_benchmark([Cell("synthetic/1", 2)], 0.2, out, str(tmp_path / f"{name}.zip"),
+                                        ["zero-shot"])
+        policies[name] = [row for row in table_csv.splitlines() if ",zero-shot," in row][0].split(",")[2]
+    g, c = load_graph("synthetic/1"), Cluster.preset("p100", 2)
+    for name in ("p", "q"):  # each policy's own zero-shot placement, not the first one's cached
+        mine = place(g, c, load_policy(tmp_path / f"{name}.zip"), zero_shot=True, allow_oom=True).makespan
+        assert float(policies[name]) / 1e3 == pytest.approx(mine, rel=1e-6)
 
 
 @pytest.mark.parametrize("args, message", [

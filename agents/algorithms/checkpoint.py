@@ -28,10 +28,27 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from agents.policies.features_extractor import binary_count
+from agents.policies.features_extractor import binary_count, observation_sizes
+from graph_encoders import build_encoder
 
 FORMAT = "device-placement-checkpoint"
 VERSION = 2
+MAX_BYTES_VARIABLE = "DEVICE_PLACEMENT_MAX_CHECKPOINT_BYTES"
+DEFAULT_MAX_BYTES = 256 * 2**20  # uncompressed, per member (the shipped policy's weights are about 1 MB)
+MAX_SETTINGS_BYTES = 16 * 2**20  # checkpoint.json
+MAX_SPACE_ELEMENTS = 50_000_000  # an observation of more padded values is no placement policy's
+
+
+def max_checkpoint_bytes() -> int:
+    """The most bytes one member of a checkpoint may hold once uncompressed: :data:`DEFAULT_MAX_BYTES`, or the
+    environment variable ``DEVICE_PLACEMENT_MAX_CHECKPOINT_BYTES`` when set (``ValueError`` if not a positive
+    whole number)."""
+    text = os.environ.get(MAX_BYTES_VARIABLE)
+    if text is None:
+        return DEFAULT_MAX_BYTES
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"{MAX_BYTES_VARIABLE} must be a positive whole number of bytes, got {text!r}")
+    return int(text)
 
 
 # ------------------------------------------------------------------------------------ spaces as plain data
@@ -59,15 +76,23 @@ def space_from_json(data: Any, where: str = "observation_space") -> gym.Space:
         if kind == "Dict":
             return gym.spaces.Dict({k: space_from_json(v, f"{where}.{k}") for k, v in data["spaces"].items()})
         if kind == "Box":
-            return gym.spaces.Box(data["low"], data["high"], tuple(int(x) for x in data["shape"]),
-                                  np.dtype(data["dtype"]))
+            shape = tuple(int(x) for x in data["shape"])
+            _check_elements(where, int(np.prod(shape, dtype=np.float64)))
+            return gym.spaces.Box(data["low"], data["high"], shape, np.dtype(data["dtype"]))
         if kind == "MultiBinary":
+            _check_elements(where, int(data["n"]))
             return gym.spaces.MultiBinary(int(data["n"]))
         if kind == "Discrete":
             return gym.spaces.Discrete(int(data["n"]))
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"checkpoint: {where} is malformed ({type(error).__name__}: {error})") from None
     raise ValueError(f"checkpoint: {where} has unknown space type {kind!r}")
+
+
+def _check_elements(where: str, count: int) -> None:
+    if not 0 <= count <= MAX_SPACE_ELEMENTS:
+        raise ValueError(f"checkpoint: {where} declares {count:,} values, more than the {MAX_SPACE_ELEMENTS:,} any "
+                         "placement observation has")
 
 
 def padding(space: gym.spaces.Dict) -> tuple[int, int, int]:
@@ -138,11 +163,20 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
                 hint = (" (it looks like a stable-baselines3 model.save file: load it with PPO.load, which "
                         "unpickles code, only if you trust it, and pass the model)" if "data" in names else "")
                 raise ValueError(f"{str(path)!r} is not a checkpoint of this project{hint}")
+            limit = max_checkpoint_bytes()
+            for info in archive.infolist():
+                cap = MAX_SETTINGS_BYTES if info.filename == "checkpoint.json" else limit
+                if info.file_size > cap:
+                    raise ValueError(f"{str(path)!r}: its member {info.filename!r} expands to {info.file_size:,} "
+                                     f"bytes, more than the limit of {cap:,}" + (
+                                         f" (raise it with the environment variable {MAX_BYTES_VARIABLE})"
+                                         if cap == limit else ""))
             meta = json.loads(archive.read("checkpoint.json"))
             policy_state = torch.load(io.BytesIO(archive.read("policy.pt")), weights_only=True)
             optimizer_state = (torch.load(io.BytesIO(archive.read("optimizer.pt")), weights_only=True)
                                if "optimizer.pt" in names else None)
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, RuntimeError, EOFError) as error:
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, UnicodeDecodeError, RuntimeError, EOFError,
+            RecursionError) as error:
         raise ValueError(f"{str(path)!r} is not a checkpoint of this project ({type(error).__name__}: "
                          f"{str(error).splitlines()[0] if str(error) else ''})") from None
     except Exception as error:  # noqa: BLE001 - torch's safe unpickler refuses anything but tensors
@@ -156,12 +190,45 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
         raise ValueError(f"{str(path)!r} is checkpoint version {meta.get('version')!r}; this version reads "
                          f"{VERSION}")
     try:
-        return Checkpoint(algo=str(meta["algo"]), policy=dict(meta["policy"]), algo_kwargs=dict(meta["algo_kwargs"]),
-                          observation_space=_dict_space(space_from_json(meta["observation_space"]), path),
-                          num_timesteps=int(meta["num_timesteps"]), policy_state=policy_state,
-                          optimizer_state=optimizer_state)
-    except (KeyError, TypeError) as error:
-        raise ValueError(f"{str(path)!r}: checkpoint.json lacks {error}") from None
+        saved = Checkpoint(algo=str(meta["algo"]), policy=dict(meta["policy"]), algo_kwargs=dict(meta["algo_kwargs"]),
+                           observation_space=_dict_space(space_from_json(meta["observation_space"]), path),
+                           num_timesteps=int(meta["num_timesteps"]), policy_state=policy_state,
+                           optimizer_state=optimizer_state)
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{str(path)!r}: checkpoint.json lacks {error}, or holds it in the wrong form") from None
+    check_weights(saved, path)
+    return saved
+
+
+def check_weights(saved: Checkpoint, path: str | os.PathLike) -> None:
+    """Refuse, before any network is built, a checkpoint whose weights are not finite tensors, or whose declared
+    encoder (its name and options) has other parameter shapes than the saved weights: the declared encoder is
+    built on PyTorch's ``meta`` device, which holds shapes and no memory, so a small file that declares a huge
+    network costs nothing. ``ValueError`` naming the tensor or the setting."""
+    if not isinstance(saved.policy_state, dict) or not saved.policy_state:
+        raise ValueError(f"{str(path)!r}: policy.pt holds no weights")
+    for name, tensor in saved.policy_state.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"{str(path)!r}: policy.pt's entry {name!r} is not a tensor")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{str(path)!r}: the weights {name!r} are not all finite (NaN or infinite)")
+    encoder, options = saved.policy.get("encoder"), saved.policy.get("encoder_kwargs") or {}
+    if not isinstance(encoder, str) or not isinstance(options, dict):
+        raise ValueError(f"{str(path)!r}: checkpoint.json's policy names no encoder")
+    try:
+        _, in_dim, _ = observation_sizes(saved.observation_space)
+        with torch.device("meta"):
+            declared = build_encoder(encoder, in_dim, **options).state_dict()
+    except (ValueError, TypeError, KeyError, RuntimeError) as error:
+        raise ValueError(f"{str(path)!r}: its policy settings do not describe an encoder ({error})") from None
+    first = next(iter(declared))
+    prefix = next((key[: -len(first)] for key in saved.policy_state if key.endswith("encoder." + first)), None)
+    for key, tensor in declared.items():
+        stored = saved.policy_state.get(f"{prefix}{key}") if prefix is not None else None
+        if stored is None or tuple(stored.shape) != tuple(tensor.shape):
+            raise ValueError(f"{str(path)!r}: its settings declare a {encoder!r} encoder ({options}) whose weight "
+                             f"{key!r} is {tuple(tensor.shape)}, but the file holds "
+                             f"{'none' if stored is None else tuple(stored.shape)}; refused before building it")
 
 
 def _dict_space(space: gym.Space, path: str | os.PathLike) -> gym.spaces.Dict:

@@ -26,6 +26,8 @@ estimated time left), which is what a log keeps, and a bar on stderr when stderr
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,6 +57,11 @@ def fanout_from_args(args: Any) -> FanOut:
     """The :class:`FanOut` of parsed :func:`add_fanout_args` arguments (``ValueError`` naming a bad one)."""
     fanout = FanOut(workers=1 if args.workers is None else args.workers, ray=args.ray,
                     cpus_per_run=args.cpus_per_run)
+    cores = os.cpu_count() or 1
+    if fanout.ray is None and fanout.workers > cores:  # more workers than cores only share the cores (and memory)
+        print(f"notice: --workers {fanout.workers} is more than this machine's {cores} cores; running {cores}",
+              file=sys.stderr)
+        fanout = FanOut(workers=cores, cpus_per_run=fanout.cpus_per_run, max_retries=fanout.max_retries)
     if fanout.ray is not None:
         if args.workers is not None and fanout.ray != RAY_LOCAL:
             raise ValueError("--workers with --ray ADDRESS: the cluster decides how many jobs run; give one of them")

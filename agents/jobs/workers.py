@@ -7,6 +7,8 @@ import importlib
 import os
 import signal
 import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,9 +42,31 @@ def prepare_worker(cpus: float, preload: tuple[str, ...]) -> None:
         importlib.import_module(module)
 
 
-def _worker_loop(connection: Any, cpus: float, preload: tuple[str, ...]) -> None:
-    """A worker process: run the jobs the driver sends until it sends ``None``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver alone answers Ctrl-C
+PARENT_POLL_SECONDS = 0.5
+
+
+def exit_with_parent(parent: int, every: float = PARENT_POLL_SECONDS) -> threading.Thread:
+    """Start a daemon thread that ends this process at once (``os._exit``, nothing flushed or written) when its
+    parent ``parent`` is gone (its parent PID changes: the driver was killed, even by SIGKILL); checked every
+    ``every`` seconds. Returns the thread."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(every)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
+def _worker_loop(connection: Any, cpus: float, preload: tuple[str, ...], parent: int) -> None:
+    """A worker process: run the jobs the driver sends until it sends ``None``; end within
+    :data:`PARENT_POLL_SECONDS` of the driver's death, whatever it is doing."""
+    exit_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver alone answers Ctrl-C ...
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # ... and SIGTERM, which ends a worker as it comes
     prepare_worker(cpus, preload)
     while True:
         message = connection.recv()
@@ -94,7 +118,7 @@ class JobRunner:
 class _Worker:
     def __init__(self, context: Any, cpus: float, preload: tuple[str, ...]) -> None:
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=_worker_loop, args=(child, cpus, preload), daemon=True)
+        self.process = context.Process(target=_worker_loop, args=(child, cpus, preload, os.getpid()), daemon=True)
         self.process.start()
         child.close()
         self.job: Job | None = None
@@ -139,6 +163,14 @@ class WorkerProcesses(JobRunner):
 """
         from multiprocessing.connection import wait
 
+        idle = [w for w in self.workers if w.job is None][len(jobs):]
+        if idle and len(jobs) < len(self.workers):  # fewer jobs than workers: the idle ones end, freeing memory
+            progress.note(f"notice: {len(jobs)} job(s) for {len(self.workers)} workers; "
+                          f"{len(self.workers) - len(idle)} worker(s) run them")
+            for worker in idle:
+                worker.connection.send(None)
+                worker.stop()
+            self.workers = [w for w in self.workers if w not in idle]
         pending = deque(jobs)
         attempts = {job.key: 0 for job in jobs}
         outcomes: dict[str, Outcome] = {}

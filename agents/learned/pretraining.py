@@ -47,7 +47,8 @@ from agents.jobs import IN_PROCESS, Failure, FanOut, Job, JobRunner, failures, o
 from baselines.anneal import anneal_units
 from baselines.placers import placers_with_budget
 from placement_env.cluster import Cluster
-from placement_env.json_files import write_text_atomically
+from placement_env.graph.io import graph_digest
+from placement_env.json_files import digest_of, write_text_atomically
 from placement_env.zoo.registry import load_graph
 
 from .placer import start_units
@@ -90,6 +91,23 @@ def expert_target(name: str, devices: int, config: PretrainConfig) -> dict:
     makespan, overflow = problem.judge(units[None, :])
     return {"units": units.tolist(), "makespan": float(makespan[0]), "overflow": float(overflow[0]),
             "source": "anneal", "start": start.tolist()}
+
+
+def expert_inputs(name: str, devices: int, config: PretrainConfig) -> str:
+    """The digest of what determines a training problem's expert placement: the graph's content, the cluster's,
+    and the expert settings (seconds or steps, seed, the start the observation shows, the device padding)."""
+    graph = load_graph(name)
+    return digest_of({"graph": graph_digest(graph), "cluster": Cluster.preset(num_devices=devices).to_dict(),
+                      "expert_seconds": config.expert_seconds, "expert_steps": config.expert_steps,
+                      "seed": config.seed, "start": config.start, "max_devices": config.max_devices})
+
+
+def _stored(path: Path, inputs: str) -> bool:
+    """Whether ``path`` holds a whole target made from ``inputs``."""
+    try:
+        return json.loads(path.read_text()).get("inputs") == inputs
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 _NETWORKS: dict[str, object] = {}  # a worker's copy of the policy, by the digest of its file
@@ -178,14 +196,15 @@ def _stages(config: PretrainConfig, out: Path, log, runner: JobRunner) -> Path:
     def path_of(key: str) -> Path:
         return out / "targets" / f"{key}.json"
 
-    jobs = [Job(problem_key(name, m), f"expert {problem_key(name, m)}", expert_target, (name, m, config))
-            for name, m in config.problems() if not path_of(problem_key(name, m)).exists()]
+    inputs = {problem_key(name, m): expert_inputs(name, m, config) for name, m in config.problems()}
+    jobs = [Job(key, f"expert {key}", expert_target, (name, m, config)) for name, m in config.problems()
+            for key in [problem_key(name, m)] if not _stored(path_of(key), inputs[key])]
     stage_began = time.perf_counter()
     if jobs:
         log(f"stage 1: {len(jobs)} expert placement(s) in {fanout.describe()}")
 
     def write_target(job: Job, data: dict) -> None:
-        write_text_atomically(path_of(job.key), json.dumps(data))
+        write_text_atomically(path_of(job.key), json.dumps({**data, "inputs": inputs[job.key]}))
 
     failed = failures(run_jobs(jobs, runner, on_done=write_target,
                                describe=lambda data: f"{data['makespan'] * 1e3:.3f} ms", title="expert placements"))
@@ -210,13 +229,15 @@ def _stages(config: PretrainConfig, out: Path, log, runner: JobRunner) -> Path:
     network = new_network(config.encoder, config.encoder_kwargs, config.max_devices)
     optimizer = torch.optim.Adam(network.parameters(), lr=config.learning_rate)
     policy_path = out / POLICY_FILE
-    done_epochs = int(record["stages"].get("epochs_done", 0))
-    if done_epochs and policy_path.exists():
+    done_epochs = 0
+    if policy_path.exists():  # the policy file is the truth: a kill before the record followed leaves it ahead
         network, optimizer_state = load_policy(policy_path, with_optimizer=True)
         optimizer = torch.optim.Adam(network.parameters(), lr=config.learning_rate)
         if optimizer_state is not None:
             optimizer.load_state_dict(optimizer_state)
-    rng = np.random.default_rng(config.seed)
+        done_epochs = int(network.info.get("epochs", 0))
+        losses = network.info.get("losses", record["stages"].get("loss", [])[:done_epochs])
+        record["stages"].update(epochs_done=done_epochs, loss=list(losses))
     total_epochs = config.epochs * (1 + config.rounds)
     while done_epochs < total_epochs:
         round_index = done_epochs // config.epochs
@@ -240,7 +261,7 @@ def _stages(config: PretrainConfig, out: Path, log, runner: JobRunner) -> Path:
             if failed:
                 raise RuntimeError(f"round {round_index}: {len(failed)} improvement job(s) failed (rerun to retry)")
             for key, data in improved.items():  # all or nothing: a failed round leaves the targets as they were
-                write_text_atomically(path_of(key), json.dumps(data))
+                write_text_atomically(path_of(key), json.dumps({**data, "inputs": inputs[key]}))
             better = len(improved)
             add_seconds("improvement", stage_began)
             record["stages"]["improved_round"] = round_index
@@ -252,7 +273,8 @@ def _stages(config: PretrainConfig, out: Path, log, runner: JobRunner) -> Path:
         keys = list(problems)
         targets = {key: problems[key].labels(np.asarray(target(key)["units"], np.int64)) for key in keys}
         total = 0.0
-        for key in rng.permutation(keys):
+        order = np.random.default_rng([config.seed, done_epochs]).permutation(keys)  # the epoch's own shuffle
+        for key in order:
             loss = imitation_loss(problems[key].logits(network), targets[key])
             optimizer.zero_grad()
             loss.backward()
@@ -263,7 +285,8 @@ def _stages(config: PretrainConfig, out: Path, log, runner: JobRunner) -> Path:
         record["stages"]["epochs_done"] = done_epochs
         record["stages"].setdefault("loss", []).append(total / len(keys))
         save_policy(network, policy_path, optimizer, info={"pretrain": asdict(config), "epochs": done_epochs,
-                                                                  "start": config.start})
+                                                           "start": config.start,
+                                                           "losses": record["stages"]["loss"]})
         save_record()
         log(f"epoch {done_epochs}/{total_epochs}: imitation loss {total / len(keys):.4f} per unit")
     return policy_path

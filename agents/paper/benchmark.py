@@ -10,15 +10,20 @@ cell:
 * ``zero-shot``: the pretrained policy, one forward pass and the best of its samples;
 * ``fine-tuned``: the pretrained policy fine-tuned on the cell, same budget.
 
-Each result is cached (written atomically) in ``--out/runs/<cell>/<method>.json``, so an interrupted benchmark
-resumes where it stopped. ``--out/benchmark.md`` (a table of makespan / lower bound per cell, ``OOM`` marked,
-and the verdict) and ``--out/benchmark.csv`` are written at the end. The verdict counts the cells where the
-fine-tuned learned placer is at or below the best non-learned method, and by how much it is above or below.
+Each result is cached (written atomically, by the driver alone) in ``--out/runs/<cell>/<method>-<digest>.json``,
+keyed by everything that determines it (:func:`method_inputs`: the graph's and the cluster's content, the method,
+its budget and seed, the policy file's bytes), so an interrupted benchmark resumes where it stopped and a cached
+record is never reused for another graph or policy of the same name. The benchmark holds ``--out`` for its whole run
+(:class:`~agents.training.lock.OutputLock`). ``--out/benchmark.md`` (a table of makespan / lower bound per cell,
+``OOM`` marked, and the verdict) and ``--out/benchmark.csv`` are written at the end. The verdict counts the cells
+where the fine-tuned learned placer is at or below the best non-learned method, and by how much it is above or
+below.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import sys
@@ -29,10 +34,12 @@ import numpy as np
 
 from agents.jobs import IN_PROCESS, FanOut, Job, JobRunner, failures, run_jobs
 from agents.learned.placer import place
-from agents.learned.policy_file import new_network
+from agents.learned.policy_file import new_network, shipped_policy_path
+from agents.training.lock import OutputLock
 from baselines.memory import PlacementInfeasibleError
 from baselines.placers import CONSTRUCTIVE, search_placers
-from placement_env.json_files import write_text_atomically
+from placement_env.graph.io import graph_digest
+from placement_env.json_files import digest_of, write_text_atomically
 from placement_env.sim.simulator import Simulator, lower_bound
 
 from .benchmark_cells import LEARNED, SEARCHES, Cell
@@ -80,9 +87,10 @@ def verdict(table: dict[str, dict[str, dict]]) -> dict:
     for learned, against in (("fine-tuned", "best"), ("zero-shot", "heft"), ("learned-scratch", "best")):
         gaps, oom_where_feasible = [], 0
         for row in table.values():
-            if learned not in row:
+            reference = non_learned if against == "best" else [m for m in ("heft",) if m in row]
+            if learned not in row or not reference:  # nothing to compare it with in this run's methods
                 continue
-            ref = min(ratio(row[m]) for m in non_learned) if against == "best" else ratio(row["heft"])
+            ref = min(ratio(row[m]) for m in reference)
             mine = ratio(row[learned])
             if mine == float("inf") and ref < float("inf"):
                 oom_where_feasible += 1
@@ -107,7 +115,7 @@ def format_report(table: dict[str, dict[str, dict]], budget_seconds: float, comm
     writer = csv.writer(buffer)
     writer.writerow(["cell", "method", "makespan_ms", "lower_bound_ms", "ratio", "oom", "seconds"])
     for cell, row in table.items():
-        best = min(ratio(row[m]) for m in names if m not in LEARNED)
+        best = min((ratio(row[m]) for m in names if m not in LEARNED), default=float("inf"))
         cells = []
         for m in names:
             r = row[m]
@@ -139,11 +147,27 @@ def format_report(table: dict[str, dict[str, dict]], budget_seconds: float, comm
     return "\n".join(lines) + "\n", buffer.getvalue()
 
 
-def cached_record(path: Path, budget_seconds: float) -> dict | None:
-    """A method's cached record on a cell, when it was measured with this budget."""
+def method_inputs(cell: Cell, method: str, budget_seconds: float, policy: str | None, seed: int = 0) -> str:
+    """The digest of everything that determines ``method``'s record on ``cell``: the graph's content, the
+    cluster's, the method, its budget and seed, and for the pretrained policy's methods the policy file's bytes
+    (the shipped one when ``policy`` is None). A cached record is reused only under the same digest."""
+    graph, cluster = cell.load()
+    data: dict = {"graph": graph_digest(graph), "cluster": cluster.to_dict(), "method": method,
+                  "budget_seconds": budget_seconds, "seed": seed}
+    if method in ("zero-shot", "fine-tuned"):
+        data["policy"] = hashlib.sha256(Path(policy or shipped_policy_path()).read_bytes()).hexdigest()
+    return digest_of(data)
+
+
+def cached_record(path: Path, inputs: str) -> dict | None:
+    """A method's cached record at ``path``, when it was measured from the same ``inputs``
+    (:func:`method_inputs`); None otherwise (or when the file is not a whole record)."""
     if path.exists():
-        record = json.loads(path.read_text())
-        if record.get("budget_seconds") == budget_seconds:
+        try:
+            record = json.loads(path.read_text())
+        except (ValueError, OSError):
+            return None
+        if isinstance(record, dict) and record.get("inputs") == inputs:
             return record
     return None
 
@@ -157,9 +181,27 @@ def describe_record(record: dict) -> str:
 def run_benchmark(cells: list[Cell], budget_seconds: float, out: Path, policy: str | None,
                   method_names: list[str], where: FanOut | JobRunner = IN_PROCESS) -> tuple[str, str, dict[str, str]]:
     """Run (or resume) every method on every cell where ``where`` says; returns the report (also written to
-    ``out``) and ``{cell/method: why}`` of the methods that failed (left out of the table)."""
-    def path_of(cell: Cell, method: str) -> Path:
-        return out / "runs" / cell.key / f"{method}.json"
+    ``out``) and ``{cell/method: why}`` of the methods that failed (left out of the table). ``out`` is held for the
+    whole run: a second benchmark on it fails at once (``ValueError``), as do two cells of one name."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with OutputLock(out):
+        return _run_benchmark(cells, budget_seconds, out, policy, method_names, where)
+
+
+def _run_benchmark(cells: list[Cell], budget_seconds: float, out: Path, policy: str | None,
+                   method_names: list[str], where: FanOut | JobRunner) -> tuple[str, str, dict[str, str]]:
+    """:func:`run_benchmark` once ``out`` is held."""
+    inputs = {(cell.key, method): method_inputs(cell, method, budget_seconds, policy) for cell in cells
+              for method in method_names}
+    named: dict[str, Cell] = {}
+    for cell in cells:
+        if named.setdefault(cell.key, cell) != cell:
+            raise ValueError(f"two cells are named {cell.key!r} ({named[cell.key].graph} and {cell.graph}); give "
+                             "their graph files distinct names")
+
+    def path_of(key: str, method: str) -> Path:
+        return out / "runs" / key / f"{method}-{inputs[(key, method)][:16]}.json"
 
     jobs = []
     for cell in cells:
@@ -167,7 +209,7 @@ def run_benchmark(cells: list[Cell], budget_seconds: float, out: Path, policy: s
         movable = Cell(cell.graph if not Path(cell.graph).is_file() else str(Path(cell.graph).resolve()),
                        cell.devices, cell.cluster_file and str(Path(cell.cluster_file).resolve()))
         for method in method_names:
-            if cached_record(path_of(cell, method), budget_seconds) is None:
+            if cached_record(path_of(cell.key, method), inputs[(cell.key, method)]) is None:
                 jobs.append(Job(f"{cell.key}/{method}", f"{cell.key} {method}", run_method,
                                 (method, movable, budget_seconds, policy and str(Path(policy).resolve()))))
     if jobs:
@@ -175,16 +217,17 @@ def run_benchmark(cells: list[Cell], budget_seconds: float, out: Path, policy: s
         print(f"running {len(jobs)} method(s) on cells in {fanout.describe()}", flush=True)
 
     def write(job: Job, record: dict) -> None:
-        path = path_of(job.args[1], job.args[0])
+        key, method = job.args[1].key, job.args[0]
+        path = path_of(key, method)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(path, json.dumps(record, indent=1))
+        write_text_atomically(path, json.dumps({**record, "inputs": inputs[(key, method)]}, indent=1))
 
     failed = failures(run_jobs(jobs, where, on_done=write, describe=describe_record, title="methods"))
     table: dict[str, dict[str, dict]] = {}
     for cell in cells:
         row = table.setdefault(cell.key, {})
         for method in method_names:
-            record = cached_record(path_of(cell, method), budget_seconds)
+            record = cached_record(path_of(cell.key, method), inputs[(cell.key, method)])
             if record is not None:
                 row[method] = record
     table = {key: row for key, row in table.items() if set(row) == set(method_names)}

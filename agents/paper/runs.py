@@ -4,11 +4,12 @@ Each run is :func:`agents.training.train` (what ``train.py`` runs) of one encode
 with one seed. Runs are cached under ``out/runs`` by their full configuration (:meth:`Run.key`), so tables that
 share runs (table2 and table3 and figure4; table4's full row, table5's full row and table2's FADP-GT row) train
 them once, and an interrupted experiment resumes where it stopped. Only the driver writes a run's
-``results.json`` (the cache entry), whole, as results arrive from wherever the runs train (:mod:`agents.jobs`).
+``run.json`` (the cache entry), whole, as results arrive from wherever the runs train (:mod:`agents.jobs`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -23,7 +24,8 @@ from agents.training.config import TrainConfig
 from baselines import PLACERS as ALL_PLACERS
 from baselines import PlacementInfeasibleError
 from placement_env import Cluster, load_graph, lower_bound, simulate
-from placement_env.json_files import write_text_atomically
+from placement_env.graph.io import graph_digest
+from placement_env.json_files import digest_of, write_text_atomically
 from placement_env.zoo.registry import REAL_MODELS as ZOO_REAL_MODELS
 from placement_env.zoo.suites import SUITE_NAMES
 
@@ -48,10 +50,18 @@ class Run:
     label: str = field(default="", compare=False)
 
     def key(self, settings: dict) -> str:
-        """The run's cache key: a hash of the run (not its label) and ``settings``
+        """The run's cache key: a hash of the run (not its label), the content of its graph and cluster
+        (:func:`problem_digest`: a graph file changed under the same name is another run) and ``settings``
         (:meth:`ExperimentConfig.run_settings`)."""
-        text = json.dumps({**asdict(self), "label": None, **settings}, sort_keys=True, default=str)
+        text = json.dumps({**asdict(self), "label": None, **settings,
+                           "problem": problem_digest(self.graph, self.devices)}, sort_keys=True, default=str)
         return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+@functools.cache
+def problem_digest(graph: str, devices: int) -> str:
+    """The digest of graph ``graph``'s content and of the cluster of ``devices`` P100s the experiments use."""
+    return digest_of([graph_digest(load_graph(graph)), Cluster.preset("p100", devices).to_dict()])
 
 
 @dataclass
@@ -93,15 +103,19 @@ def train_config(run: Run, settings: ExperimentConfig, folder: Path) -> TrainCon
                        timesteps=TrainConfig.timesteps if settings.timesteps is None else settings.timesteps)
 
 
+CACHE_ENTRY = "run.json"  # in a run's folder: its results, with the curve; written by the driver alone
+
+
 def run_folder(run: Run, settings: ExperimentConfig) -> Path:
-    """Where ``run`` keeps its outputs and its ``results.json`` (the run cache)."""
+    """Where ``run`` keeps its outputs (``train.py``'s) and its cache entry :data:`CACHE_ENTRY`."""
     return settings.out / "runs" / run.key(settings.run_settings())
 
 
 def train_run(run: Run, settings: ExperimentConfig) -> dict:
-    """Train ``run`` and return its results (``results.json``'s record, with the curve); writes its outputs
-    (checkpoint, tracker) in its folder but not ``results.json``: that is the cache entry, written whole by
-    the driver (:func:`run_training`, or :func:`fan_out` as results arrive)."""
+    """Train ``run`` and return its results (``results.json``'s record, with the curve). The run writes its
+    outputs in its folder (``train.py``'s: checkpoint, tracker, ``results.json``) but never the cache entry
+    :data:`CACHE_ENTRY`, which the driver writes whole when the result reaches it (:func:`run_training`, or
+    :func:`fan_out` as results arrive): a worker killed half-way leaves no entry, whatever it had written."""
     from agents.training.run import train  # torch: loaded where the run trains, not by a driver that only waits
 
     folder = run_folder(run, settings)
@@ -122,7 +136,7 @@ def failed_results(run: Run, why: str) -> dict:
 def run_training(run: Run, settings: ExperimentConfig) -> dict:
     """``run``'s results: from the run cache, else (a run :func:`fan_out` reported failed) a failed record, else
     trained here and cached."""
-    results_file = run_folder(run, settings) / "results.json"
+    results_file = run_folder(run, settings) / CACHE_ENTRY
     if results_file.exists():
         return json.loads(results_file.read_text())
     key = run.key(settings.run_settings())
@@ -144,14 +158,14 @@ def describe_results(results: dict) -> str:
 def fan_out(runs: list[Run], settings: ExperimentConfig, where: FanOut | JobRunner = IN_PROCESS,
             placer_columns: list[tuple[tuple[str, ...], int]] | None = None) -> dict[str, str]:
     """Train every run not yet in the cache where ``where`` says (one progress report over all of them), writing
-    each ``results.json`` here as it arrives, and place ``placer_columns`` (graph names, device count) with the
+    each cache entry here as it arrives, and place ``placer_columns`` (graph names, device count) with the
     classical placers alongside; returns ``{run key: why}`` of the runs that failed (also kept in
     ``settings.failed`` for the tables)."""
     absolute = replace(settings, out=settings.out.resolve())  # workers (Ray's too) start in other folders
     jobs: dict[str, Job] = {}
     for run in runs:
         key = run.key(settings.run_settings())
-        if key not in jobs and not (run_folder(run, settings) / "results.json").exists():
+        if key not in jobs and not (run_folder(run, settings) / CACHE_ENTRY).exists():
             jobs[key] = Job(key, f"{run.label or run.encoder} {run.graph} {run.devices} devices seed {run.seed}",
                             train_run, (run, absolute))
     cached = len({r.key(settings.run_settings()) for r in runs}) - len(jobs)
@@ -173,7 +187,7 @@ def fan_out(runs: list[Run], settings: ExperimentConfig, where: FanOut | JobRunn
             return
         folder = run_folder(job.args[0], settings)
         folder.mkdir(parents=True, exist_ok=True)  # on a cluster without a shared folder, the run wrote elsewhere
-        write_text_atomically(folder / "results.json", json.dumps(value, indent=1))
+        write_text_atomically(folder / CACHE_ENTRY, json.dumps(value, indent=1))
 
     # the runs first (the longest jobs), the placers last, filling the tail
     outcomes = run_jobs(list(jobs.values()) + list(placer_jobs.values()), where, on_done=keep,

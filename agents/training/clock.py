@@ -49,30 +49,36 @@ class SearchClock:
 
 
 class StopOnCtrlC:
-    """While active, Ctrl-C (SIGINT) asks training to stop at the next step (``requested``), so the run still
-    ends with all its outputs and checkpoint; a second Ctrl-C interrupts at once (``KeyboardInterrupt``).
-    Outside the main thread (where signals cannot be caught) it does nothing."""
+    """While active, Ctrl-C (SIGINT) or SIGTERM asks training to stop at the next step (``requested``;
+    ``terminated`` says it was SIGTERM), so the run still ends with all its outputs and checkpoint; a second
+    signal interrupts at once (``KeyboardInterrupt``). Outside the main thread (where signals cannot be caught)
+    it does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Any = None
+        self.terminated = False
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopOnCtrlC:
         try:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._previous = {number: signal.signal(number, self._handle) for number in self.SIGNALS}
         except ValueError:  # not the main thread
-            self._previous = None
+            self._previous = {}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print("interrupted: stopping after this step, keeping the best placement found so far", file=sys.stderr)
+        self.terminated = signum == signal.SIGTERM
+        word = "terminated" if self.terminated else "interrupted"
+        print(f"{word}: stopping after this step, keeping the best placement found so far", file=sys.stderr)
 
 
 def ignore_ctrl_c(env: Any) -> Any:

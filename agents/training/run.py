@@ -36,7 +36,7 @@ from agents.training.tracker import BestTracker
 from graph_encoders import build_encoder, list_encoders
 from placement_env import Cluster, ComputationGraph
 from placement_env.envs.task import CoarsenedGraphWarning
-from placement_env.json_files import write_text_atomically
+from placement_env.json_files import remove_stale_temporaries, write_text_atomically
 
 CHECKPOINT = "checkpoint.zip"
 
@@ -57,6 +57,7 @@ class RunResult:
     interrupted: bool
     out: Path
     record: dict[str, Any]
+    terminated: bool = False  # stopped by SIGTERM (interrupted is then True too)
 
     @property
     def lb_ratio(self) -> float:
@@ -212,6 +213,7 @@ def train(config: TrainConfig) -> RunResult:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     with OutputLock(out):
+        remove_stale_temporaries(out)  # a killed run's half-written files (held by nobody now)
         return _train(config, graphs, cluster, out)
 
 
@@ -269,4 +271,4 @@ def _train(config: TrainConfig, graphs: list[ComputationGraph], cluster: Cluster
                             "stopped_before_an_update": track.skipped_update, "budget_overrun": overrun})
     return RunResult(graph=record["graph"], makespan=record["makespan"], lower_bound=record["lower_bound"],
                      oom=record["oom"], steps=steps, search_seconds=record["search_seconds"],
-                     interrupted=stop.requested, out=out, record=record)
+                     interrupted=stop.requested, out=out, record=record, terminated=stop.terminated)

@@ -33,17 +33,29 @@ class PlacementEnvBase(gym.Env):
         self.observation_space = self.task.observation_space()
         self.task.initial_units(0, initial_placement, np.random.default_rng(0))  # reject a bad name now
         self.episode: Episode | None = None
+        self._ended = False  # the episode has terminated or been truncated: step() needs a reset() first
 
     def _new_episode(self) -> Episode:
         gi = self.task.draw_graph(self.np_random)
         units = self.task.initial_units(gi, self.initial_placement, self.np_random)
         self.episode = Episode(self.task, gi, units, self.reward_scale, self.memory_penalty)
+        self._ended = False
         return self.episode
 
     def _require_episode(self) -> Episode:
         if self.episode is None:
             raise RuntimeError("call reset() before step(), render() or current_placement()")
         return self.episode
+
+    def _stepping(self) -> Episode:
+        """The episode a step acts on; ``RuntimeError`` before ``reset()`` or after the episode ended (terminated
+        or truncated), as Gymnasium's ``PassiveEnvChecker`` expects."""
+        if self._ended:
+            raise RuntimeError("the episode has ended (terminated or truncated): call reset() before step()")
+        return self._require_episode()
+
+    def _ends(self, terminated: bool, truncated: bool) -> None:
+        self._ended = terminated or truncated
 
     def current_placement(self) -> np.ndarray:
         """The current placement, a device per node of the episode's graph."""

@@ -109,7 +109,7 @@ class DevicePlacementEnv(PlacementEnvBase):
         return self.task.observation(ep.gi, ep.units, ep.visited), ep.info()
 
     def step(self, action):
-        ep = self._require_episode()
+        ep = self._stepping()
         action = np.asarray(action)
         if action.shape != (self.task.max_nodes,):
             raise ValueError(f"action must have shape ({self.task.max_nodes},), got {action.shape}")
@@ -119,7 +119,9 @@ class DevicePlacementEnv(PlacementEnvBase):
         reward = (previous_makespan - ep.makespan) / ep.time_scale - ep.penalty(ep.peak)
         self._steps += 1
         obs = self.task.observation(ep.gi, units, ep.visited)
-        return obs, float(reward), False, self._steps >= self.episode_length, ep.info()
+        truncated = self._steps >= self.episode_length
+        self._ends(False, truncated)
+        return obs, float(reward), False, truncated, ep.info()
 
     def _progress(self) -> str:
         return f"step {self._steps}/{self.episode_length}"

@@ -97,7 +97,7 @@ class DevicePlacementSequentialEnv(PlacementEnvBase):
         return self._mask.copy()
 
     def step(self, action):
-        ep = self._require_episode()
+        ep = self._stepping()
         device = np.asarray(action)
         if device.size != 1:
             raise ValueError(f"action must be one device index, got shape {device.shape}")
@@ -120,6 +120,7 @@ class DevicePlacementSequentialEnv(PlacementEnvBase):
             obs = self.task.observation(ep.gi, ep.units, ep.visited)
         else:
             obs = self._observation()
+        self._ends(terminated, False)
         return obs, float(reward), terminated, False, ep.info()
 
     def _progress(self) -> str:

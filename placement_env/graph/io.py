@@ -18,7 +18,7 @@ from typing import Any
 
 from placement_env.checks import checked_instance
 from placement_env.graph.model import ComputationGraph, Edge, Node
-from placement_env.json_files import read_json_file, write_json_file
+from placement_env.json_files import digest_of, read_json_file, write_json_file
 
 GRAPH_FORMAT = "device-placement-graph"
 GRAPH_VERSION = 1
@@ -42,6 +42,14 @@ def graph_to_dict(graph: ComputationGraph) -> dict:
     edges = [{"src": e.src, "dst": e.dst, "bytes": _compact(e.bytes if e.bytes is not None else 0.0)}
              for e in graph.edges()]
     return {"format": GRAPH_FORMAT, "version": GRAPH_VERSION, "name": graph.name, "nodes": nodes, "edges": edges}
+
+
+def graph_digest(graph: ComputationGraph) -> str:
+    """A SHA-256 hex digest of ``graph``'s content (its interchange-format dictionary, name included): two graphs
+    with one file name but other ops, costs or edges differ; computed once per graph object."""
+    if "digest" not in graph.derived:
+        graph.derived["digest"] = digest_of(graph_to_dict(graph))
+    return graph.derived["digest"]
 
 
 def _compact(x: float) -> int | float:

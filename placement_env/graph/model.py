@@ -61,8 +61,13 @@ class Edge:
     bytes: float | None = None
 
 
-def _check_number(value: object, what: str) -> float:
-    """Return ``value`` as a float, or raise ``ValueError`` naming ``what``."""
+MAX_COST_SECONDS = 1e6  # an op of more than 11 days is an error in the costs, and makespans of it overflow
+MAX_BYTES = 1e18  # an exabyte
+
+
+def _check_number(value: object, what: str, limit: float = MAX_BYTES) -> float:
+    """Return ``value`` as a float, or raise ``ValueError`` naming ``what`` (NaN, infinite, negative, or above
+    ``limit``)."""
     if not is_number(value):
         raise ValueError(f"{what} must be a number, got {value!r}")
     x = float(value)
@@ -72,6 +77,8 @@ def _check_number(value: object, what: str) -> float:
         raise ValueError(f"{what} is infinite")
     if x < 0:
         raise ValueError(f"{what} is negative ({x!r})")
+    if x > limit:
+        raise ValueError(f"{what} is {x:g}, more than {limit:g}: sums over the graph would overflow")
     return x
 
 
@@ -103,11 +110,11 @@ class ComputationGraph:
             if node.id in index:
                 raise ValueError(f"graph {self.name!r}: duplicate node id {node.id!r} (nodes {index[node.id]} and {i})")
             index[node.id] = i
-            _check_number(node.cost, f"node {node.id!r}: cost")
+            _check_number(node.cost, f"node {node.id!r}: cost", MAX_COST_SECONDS)
             _check_number(node.output_bytes, f"node {node.id!r}: output_bytes")
             _check_number(node.param_bytes, f"node {node.id!r}: param_bytes")
             if node.flops is not None:
-                _check_number(node.flops, f"node {node.id!r}: flops")
+                _check_number(node.flops, f"node {node.id!r}: flops", 1e24)
             if node.phase is not None and node.phase not in PHASES:
                 raise ValueError(f"node {node.id!r}: phase must be one of {PHASES}, got {node.phase!r}")
             if node.colocation is not None and not isinstance(node.colocation, str):
