@@ -16,16 +16,21 @@ MAX_JSON_BYTES_VARIABLE = "DEVICE_PLACEMENT_MAX_JSON_BYTES"
 DEFAULT_MAX_JSON_BYTES = 256 * 2**20  # a 100,000-op training graph is about 30 MB of JSON
 
 
+def byte_limit(variable: str, default: int) -> int:
+    """A size limit in bytes: the environment variable ``variable`` when set, else ``default``; ``ValueError``
+    naming the variable for a value that is not a positive whole number."""
+    text = os.environ.get(variable)
+    if text is None:
+        return default
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"{variable} must be a positive whole number of bytes, got {text!r}")
+    return int(text)
+
+
 def max_json_bytes() -> int:
     """The most bytes a JSON file may hold once uncompressed: :data:`DEFAULT_MAX_JSON_BYTES`, or the environment
-    variable ``DEVICE_PLACEMENT_MAX_JSON_BYTES`` (a whole number of bytes) when set. ``ValueError`` for a value
-    that is not a positive whole number."""
-    text = os.environ.get(MAX_JSON_BYTES_VARIABLE)
-    if text is None:
-        return DEFAULT_MAX_JSON_BYTES
-    if not text.strip().isdigit() or int(text) < 1:
-        raise ValueError(f"{MAX_JSON_BYTES_VARIABLE} must be a positive whole number of bytes, got {text!r}")
-    return int(text)
+    variable ``DEVICE_PLACEMENT_MAX_JSON_BYTES`` when set."""
+    return byte_limit(MAX_JSON_BYTES_VARIABLE, DEFAULT_MAX_JSON_BYTES)
 
 
 class DuplicateKeyError(ValueError):

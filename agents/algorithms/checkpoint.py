@@ -30,6 +30,7 @@ import torch
 
 from agents.policies.features_extractor import binary_count, observation_sizes
 from graph_encoders import build_encoder
+from placement_env.json_files import byte_limit
 
 FORMAT = "device-placement-checkpoint"
 VERSION = 2
@@ -43,12 +44,7 @@ def max_checkpoint_bytes() -> int:
     """The most bytes one member of a checkpoint may hold once uncompressed: :data:`DEFAULT_MAX_BYTES`, or the
     environment variable ``DEVICE_PLACEMENT_MAX_CHECKPOINT_BYTES`` when set (``ValueError`` if not a positive
     whole number)."""
-    text = os.environ.get(MAX_BYTES_VARIABLE)
-    if text is None:
-        return DEFAULT_MAX_BYTES
-    if not text.strip().isdigit() or int(text) < 1:
-        raise ValueError(f"{MAX_BYTES_VARIABLE} must be a positive whole number of bytes, got {text!r}")
-    return int(text)
+    return byte_limit(MAX_BYTES_VARIABLE, DEFAULT_MAX_BYTES)
 
 
 # ------------------------------------------------------------------------------------ spaces as plain data
