@@ -5,7 +5,9 @@
 
 A thin command line over :func:`agents.learned.placer.place` (zero-shot: one forward pass; fine-tuned: the policy
 and the annealing search the graph for ``--budget-seconds``). It prints the placement's simulated step time beside
-the best of the fast classical placers and the lower bound, and writes the placement with ``--out``. This module
+the best of the fast classical placers and the lower bound, and writes the placement with ``--out``. Ctrl-C (or
+SIGTERM) during the search stops it: the best placement found so far is reported and written, and the command
+exits with status 130 (143). This module
 is callable: ``import agents; agents.place(graph, cluster, ...)`` calls :func:`agents.learned.placer.place`.
 """
 
@@ -19,9 +21,12 @@ from typing import Any
 from placement_env.checks import checked_count, checked_finite
 from placement_env.cli import (
     OneLineParser,
+    Terminated,
     add_graph_and_cluster_args,
     check_output_paths,
     graph_and_cluster_from_args,
+    ignore_interrupts,
+    interrupted,
     run_cli,
 )
 from placement_env.graph.placement_io import write_placement
@@ -65,10 +70,15 @@ def main(argv: list[str] | None = None) -> int:
 
         result = placer.place(graph, cluster, args.policy, args.budget_seconds, args.zero_shot, args.seed,
                               args.samples)
-        print(report.placement_report(graph, cluster, result, args.seed))
-        if args.out:
-            write_placement(result.placement, args.out)
-            print(f"placement in {args.out}")
+        with ignore_interrupts():  # the best placement found is reported and written whole
+            print(report.placement_report(graph, cluster, result, args.seed))
+            if args.out:
+                write_placement(result.placement, args.out)
+                print(f"placement in {args.out}")
+        if result.interrupted:
+            return interrupted(Terminated() if result.terminated else KeyboardInterrupt(),
+                               f"the search stopped after {result.seconds:.1f} s; the best placement found so far "
+                               + ("is in " + args.out if args.out else "is reported above"))
         return 0
 
     return run_cli(run)

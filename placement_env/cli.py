@@ -101,18 +101,42 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 
 
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """While active (in the main thread), SIGTERM raises :class:`Terminated`; the former handler comes back
-    after. Elsewhere (not the main thread) it does nothing."""
+def _signal_handlers(handlers: dict[signal.Signals, Callable[[int, FrameType | None], None]]) -> Iterator[None]:
+    """``handlers`` installed while active (in the main thread; elsewhere nothing), the former ones back after."""
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While active (in the main thread), SIGTERM raises :class:`Terminated`; the former handler comes back
+    after. Elsewhere (not the main thread) it does nothing."""
+    with _signal_handlers({signal.SIGTERM: _raise_terminated}):
+        yield
+
+
+@contextmanager
+def ignore_interrupts() -> Iterator[None]:
+    """While active (in the main thread), Ctrl-C and SIGTERM wait: what the block writes is written whole, and a
+    signal that came meanwhile is raised after it (as ``KeyboardInterrupt`` or :class:`Terminated`). Elsewhere
+    it does nothing."""
+    pending: list[int] = []
+
+    def wait(signum: int, frame: FrameType | None) -> None:
+        pending.append(signum)
+
+    with _signal_handlers({signal.SIGINT: wait, signal.SIGTERM: wait}):
+        yield
+    if pending:
+        raise Terminated() if signal.SIGTERM in pending else KeyboardInterrupt()
 
 
 def interrupted(exc: KeyboardInterrupt, what: str = "") -> int:

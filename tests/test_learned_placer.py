@@ -262,3 +262,64 @@ def test_agents_place_and_guided_search_are_there_in_a_fresh_interpreter():
     code = "import agents; print(callable(agents.place), agents.GuidedSearch.__name__)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.stdout.split() == ["True", "GuidedSearch"], done.stderr
+
+
+def test_ctrl_c_during_fine_tuning_returns_the_best_placement_found_so_far(monkeypatch):
+    import agents.learned.placer as placer
+
+    g, cluster = load_graph("cifar10/0"), Cluster.preset("p100", 3)
+    real, calls = placer.anneal_units, [0]
+
+    def anneal_then_ctrl_c(*args, **kwargs):  # the second annealing chain is interrupted
+        calls[0] += 1
+        if calls[0] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(placer, "anneal_units", anneal_then_ctrl_c)
+    zero = place(g, cluster, new_network(), zero_shot=True)
+    result = place(g, cluster, new_network(), budget_seconds=5)
+    assert result.interrupted and not result.terminated and result.seconds < 5 and result.rounds == 0
+    assert simulate(g, result.placement, cluster).makespan == pytest.approx(result.makespan, rel=1e-9)
+    assert result.makespan <= zero.makespan  # the first chain's result and the starts are kept
+
+
+def test_ctrl_c_during_the_search_rounds_keeps_the_finished_rounds(monkeypatch):
+    import agents.algorithms.search_rounds as rounds_module
+
+    g, cluster = load_graph("cifar10/0"), Cluster.preset("p100", 3)
+    real, calls = rounds_module.anneal_units, [0]
+
+    def interrupted_in_round_two(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 3:  # two chains a round: the first chain of the second round
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rounds_module, "anneal_units", interrupted_in_round_two)
+    result = place(g, cluster, new_network(), budget_seconds=8)
+    assert result.interrupted and result.rounds == 1
+    assert simulate(g, result.placement, cluster).makespan == pytest.approx(result.makespan, rel=1e-9)
+
+
+@pytest.mark.parametrize("signum, status", [(2, 130), (15, 143)])
+def test_the_place_command_writes_its_best_placement_when_stopped(tmp_path, signum, status):
+    import signal
+    import time
+
+    from placement_env.graph.placement_io import read_placement
+
+    out = tmp_path / "placement.json"
+    process = subprocess.Popen([sys.executable, "-m", "agents.place", "--graph", "cifar10/0", "--devices", "3",
+                                "--budget-seconds", "120", "--out", str(out)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    time.sleep(12)  # torch and the policy loaded, the search under way
+    process.send_signal(signal.Signals(signum))
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == status, stderr
+    assert "the best placement found so far is in" in stderr and len(stderr.strip().splitlines()) == 1
+    g = load_graph("cifar10/0")
+    placement = read_placement(out, g)
+    learned = next(line for line in stdout.splitlines() if line.strip().startswith("learned (fine-tuned, interrupted"))
+    assert float(learned.split("ms")[0].split()[-1]) == pytest.approx(
+        simulate(g, placement, Cluster.preset("p100", 3)).makespan * 1e3, abs=1e-3)

@@ -16,6 +16,7 @@ import torch
 import agents.learned.pretraining as pretraining
 from agents.learned.policy_file import load_policy, new_network, save_policy
 from agents.learned.pretrain_config import PretrainConfig
+from agents.training.lock import OutputLock
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = PretrainConfig(suites=("cifar10",), seeds=2, devices=(2,), max_devices=4, expert_steps=10, epochs=3,
@@ -114,6 +115,13 @@ def test_processes_starting_together_never_both_hold_the_lock(tmp_path, stale):
         assert all(a[1] <= b[0] for a, b in zip(held, held[1:])), held  # held one after another, never together
 
 
+def test_pretraining_holds_its_output_folder(tmp_path):
+    with OutputLock(tmp_path):
+        with pytest.raises(ValueError, match="is in use by another run"):
+            pretraining.pretrain(TINY, tmp_path, log=lambda line: None)
+    assert not (tmp_path / "pretrain.json").exists()  # refused before any work
+
+
 # --------------------------------------------------------------------------------------------- bounded loading
 
 def rewritten(source: Path, target: Path, **members: bytes) -> Path:
@@ -186,3 +194,113 @@ def test_temporaries_of_a_killed_write_are_removed_and_a_live_writer_s_kept(tmp_
     for path in (stale, live):
         path.write_text("half")
     assert remove_stale_temporaries(tmp_path) == [stale] and live.exists() and not stale.exists()
+
+
+# ------------------------------------------------------------------------------ train.py's resume
+
+def train_config(graph_file: Path, out: Path, **overrides):
+    from agents.training.config import TrainConfig
+
+    settings = {"graph": str(graph_file), "algo": "reinforce", "encoder": "gcn", "hidden_dim": 8, "episodes": 4,
+                "episode_length": 4, "checkpoint_every": 3, "compare_searches": False, "budget_seconds": 600.0,
+                "out": str(out), "resume": True, **overrides}
+    return TrainConfig(**settings)
+
+
+@pytest.fixture(scope="module")
+def tiny_graph(tmp_path_factory):
+    from placement_env import layered_dag, write_graph
+
+    path = tmp_path_factory.mktemp("graph") / "tiny.json.gz"
+    write_graph(layered_dag(5, num_ops=10, name="tiny"), path)
+    return path
+
+
+def checkpoint_weights(path: Path) -> dict:
+    from agents.algorithms.checkpoint import read_checkpoint
+
+    saved = read_checkpoint(path)
+    assert saved.optimizer_state is not None
+    return {**saved.policy_state, **{f"optimizer.{k}": v for k, v in saved.optimizer_state["state"].items()}}
+
+
+def same_tensors(a: dict, b: dict) -> bool:
+    def flat(d):
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out.update({f"{k}.{kk}": vv for kk, vv in flat(v).items()})
+            else:
+                out[k] = v
+        return out
+    a, b = flat(a), flat(b)
+    return a.keys() == b.keys() and all(torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])) for k in a)
+
+
+@pytest.mark.parametrize("at", [0, 1, 2, 4, 5])  # checkpoints every 3 steps (mid-episode), 16 steps: 6 saves
+def test_train_py_killed_at_any_checkpoint_resumes_reinforce_to_the_uninterrupted_weights(tmp_path, monkeypatch,
+                                                                                      tiny_graph, at):
+    from agents.training import run as training_run
+
+    whole = training_run.train(train_config(tiny_graph, tmp_path / "whole"))
+    with monkeypatch.context() as patch:
+        kill_at_write(patch, training_run, "save", at)
+        with pytest.raises(Killed):
+            training_run.train(train_config(tiny_graph, tmp_path / "killed"))
+    resumed = training_run.train(train_config(tiny_graph, tmp_path / "killed"))  # the same command again
+    assert resumed.steps == whole.steps == 16
+    assert same_tensors(checkpoint_weights(tmp_path / "killed" / "checkpoint.zip"),
+                        checkpoint_weights(tmp_path / "whole" / "checkpoint.zip"))
+    assert resumed.makespan == whole.makespan
+
+
+def test_a_resumed_guided_search_continues_its_rounds_and_archives(tmp_path, tiny_graph):
+    from agents.algorithms.registry import load_model
+    from agents.training import run as training_run
+
+    config = train_config(tiny_graph, tmp_path, algo="guided", budget_seconds=1.0, expected_moves=0.0)
+    first = training_run.train(config)
+    env = training_run.make_env(config)
+    model = load_model(tmp_path / "checkpoint.zip", env)
+    assert model.rounds > 0 and model.num_timesteps == first.steps
+    _, archive = model._problems[0]
+    assert archive.best[1] == pytest.approx(first.makespan, rel=1e-9)  # what it had found, not the start again
+
+
+def test_a_tampered_training_state_is_one_error(tmp_path, tiny_graph):
+    from agents.algorithms.registry import load_model
+    from agents.training import run as training_run
+
+    config = train_config(tiny_graph, tmp_path, episodes=1)
+    training_run.train(config)
+    path = tmp_path / "checkpoint.zip"
+    rewrite_member(path, "training_state.json", lambda state: state["generators"].update(reinforce=[300] * 3))
+    with pytest.raises(ValueError, match="its training state cannot be resumed.*'reinforce' is not 5056 bytes"):
+        load_model(path, training_run.make_env(config))
+
+
+def rewrite_member(path: Path, name: str, change) -> None:
+    """Rewrite the JSON member ``name`` of the zip at ``path`` with ``change(data)``."""
+    with zipfile.ZipFile(path) as archive:
+        data = json.loads(archive.read(name))
+    change(data)
+    rewritten(path, path, **{name: json.dumps(data).encode()})
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda meta: meta["algo_kwargs"].update(info=[1, 2]), "its info .how the policy was made. is a list"),
+    (lambda meta: meta["algo_kwargs"].update(info="notes"), "its info .how the policy was made. is a str"),
+    (lambda meta: meta["algo_kwargs"].update(head_hidden=10**9), "declare head_hidden 1000000000, but its head"),
+    (lambda meta: meta["algo_kwargs"].update(head_hidden="64"), "declare head_hidden '64'"),
+])
+def test_a_policy_whose_settings_have_the_wrong_type_is_one_error(tmp_path, change, message, capsys):
+    import agents.place
+
+    path = tmp_path / "policy.zip"
+    save_policy(new_network("gcn", {"hidden_dim": 8}), path, info={"epochs": 1})
+    rewrite_member(path, "checkpoint.json", change)
+    with pytest.raises(ValueError, match=message):
+        load_policy(path)
+    assert agents.place.main(["--graph", "default", "--devices", "2", "--policy", str(path), "--zero-shot"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")

@@ -21,6 +21,7 @@ from torch.distributions import Categorical
 
 from agents.policies.network import PlacementNetwork
 
+from . import random_state
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 
 Algorithm = TypeVar("Algorithm", bound="PlacementAlgorithm")
@@ -39,6 +40,21 @@ def load_state(model: Any, saved: Checkpoint, path: str | os.PathLike) -> None:
         raise ValueError(f"{str(path)!r}: the saved weights do not fit the model its settings describe "
                          f"({str(error).splitlines()[0]})") from None
     model.num_timesteps = saved.num_timesteps
+
+
+def restore_training_state(model: Any, saved: Checkpoint, path: str | os.PathLike) -> None:
+    """Continue ``saved``'s random streams and counters in ``model`` (its ``restore_training_state``, or the global
+    generators' states for an SB3 model); nothing for a file without them. ``ValueError`` naming ``path`` and the
+    entry when they are malformed."""
+    if saved.training_state is None:
+        return
+    try:
+        if isinstance(model, PlacementAlgorithm):
+            model.restore_training_state(saved.training_state)
+        else:
+            random_state.restore(saved.training_state.get("generators"))
+    except (ValueError, TypeError, KeyError, IndexError) as error:
+        raise ValueError(f"{str(path)!r}: its training state cannot be resumed ({error})") from None
 
 
 def check_observation_space(saved: Checkpoint, env: Any, path: str | os.PathLike) -> None:
@@ -117,13 +133,27 @@ class PlacementAlgorithm:
         """A new, untrained instance on ``env`` with the saved ``policy`` settings and algorithm ``settings``."""
         return cls(env, **policy, **settings, **kwargs)
 
+    def training_state(self) -> tuple[int, dict]:
+        """Where a resumed run continues: ``(steps, state)``, the steps trained and, as plain data, what besides the
+        weights it needs to go on exactly as this run would (here the random generators' states; a subclass adds
+        its counters, or reports the last point it can resume from exactly, whose weights must be the current
+        ones)."""
+        return self.num_timesteps, {"generators": random_state.capture()}
+
+    def restore_training_state(self, state: dict) -> None:
+        """Set what :meth:`training_state` saved (called after the weights are loaded). Raises ``ValueError``
+        (or ``TypeError`` / ``KeyError``) when ``state`` is malformed."""
+        random_state.restore(state["generators"])
+
     def checkpoint(self) -> Checkpoint:
-        """This model as a :class:`~agents.algorithms.checkpoint.Checkpoint` (weights and optimizer state)."""
+        """This model as a :class:`~agents.algorithms.checkpoint.Checkpoint` (weights, optimizer state and the
+        :meth:`training_state`)."""
         optimizer = getattr(self.policy, "optimizer", None)
         policy = self.policy.settings()
         settings = {k: v for k, v in self.settings().items() if k not in policy}
-        return Checkpoint(self.name, policy, settings, self.observation_space, self.num_timesteps,
-                          self.policy.state_dict(), None if optimizer is None else optimizer.state_dict())
+        steps, state = self.training_state()
+        return Checkpoint(self.name, policy, settings, self.observation_space, steps, self.policy.state_dict(),
+                          None if optimizer is None else optimizer.state_dict(), state)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the project's checkpoint to ``path`` atomically (:mod:`agents.algorithms.checkpoint`)."""
@@ -146,4 +176,5 @@ class PlacementAlgorithm:
         check_observation_space(saved, env, path)
         model = cls.from_settings(env, saved.policy, saved.algo_kwargs, **kwargs)
         load_state(model, saved, path)
+        restore_training_state(model, saved, path)
         return model

@@ -6,7 +6,11 @@ A checkpoint is a zip file holding
   ``reinforce``, ``guided``), the policy's settings (``encoder``, ``encoder_kwargs``, ``expected_moves``), the
   algorithm's own settings as plain data, the observation space (as plain data) and the environment steps
   trained;
-* ``policy.pt`` and ``optimizer.pt``: the network's and the optimizer's ``state_dict``, tensors only.
+* ``policy.pt`` and ``optimizer.pt``: the network's and the optimizer's ``state_dict``, tensors only;
+* ``training_state.json`` (optional): what a resumed run needs beyond the weights to continue exactly where the
+  saved one stopped, as plain data: the random generators' states (:mod:`agents.algorithms.random_state`) and the
+  algorithm's counters (REINFORCE's episodes and baseline, the guided search's rounds and archives). Files without
+  it (0.1.x's, the shipped policy) load as before.
 
 :func:`read_checkpoint` loads the tensors with ``torch.load(..., weights_only=True)``: nothing in the file is
 unpickled as code, so a checkpoint from anywhere is safe to read. (A stable-baselines3 ``model.save`` zip is not:
@@ -110,6 +114,7 @@ class Checkpoint:
     num_timesteps: int
     policy_state: dict
     optimizer_state: dict | None
+    training_state: dict | None = None  # plain data; None in files without it
 
     @property
     def padding(self) -> tuple[int, int, int]:
@@ -137,6 +142,8 @@ def write_checkpoint(checkpoint: Checkpoint, path: str | os.PathLike) -> None:
             archive.writestr("policy.pt", _tensor_bytes(checkpoint.policy_state))
             if checkpoint.optimizer_state is not None:
                 archive.writestr("optimizer.pt", _tensor_bytes(checkpoint.optimizer_state))
+            if checkpoint.training_state is not None:
+                archive.writestr("training_state.json", json.dumps(checkpoint.training_state))
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -161,7 +168,7 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
                 raise ValueError(f"{str(path)!r} is not a checkpoint of this project{hint}")
             limit = max_checkpoint_bytes()
             for info in archive.infolist():
-                cap = MAX_SETTINGS_BYTES if info.filename == "checkpoint.json" else limit
+                cap = MAX_SETTINGS_BYTES if info.filename.endswith(".json") else limit
                 if info.file_size > cap:
                     raise ValueError(f"{str(path)!r}: its member {info.filename!r} expands to {info.file_size:,} "
                                      f"bytes, more than the limit of {cap:,}" + (
@@ -171,6 +178,8 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
             policy_state = torch.load(io.BytesIO(archive.read("policy.pt")), weights_only=True)
             optimizer_state = (torch.load(io.BytesIO(archive.read("optimizer.pt")), weights_only=True)
                                if "optimizer.pt" in names else None)
+            training_state = (json.loads(archive.read("training_state.json"))
+                              if "training_state.json" in names else None)
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, UnicodeDecodeError, RuntimeError, EOFError,
             RecursionError) as error:
         raise ValueError(f"{str(path)!r} is not a checkpoint of this project ({type(error).__name__}: "
@@ -189,9 +198,11 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
         saved = Checkpoint(algo=str(meta["algo"]), policy=dict(meta["policy"]), algo_kwargs=dict(meta["algo_kwargs"]),
                            observation_space=_dict_space(space_from_json(meta["observation_space"]), path),
                            num_timesteps=int(meta["num_timesteps"]), policy_state=policy_state,
-                           optimizer_state=optimizer_state)
+                           optimizer_state=optimizer_state, training_state=training_state)
     except (KeyError, TypeError, AttributeError) as error:
         raise ValueError(f"{str(path)!r}: checkpoint.json lacks {error}, or holds it in the wrong form") from None
+    if training_state is not None and not isinstance(training_state, dict):
+        raise ValueError(f"{str(path)!r}: training_state.json is not a mapping")
     check_weights(saved, path)
     return saved
 
@@ -217,6 +228,12 @@ def check_weights(saved: Checkpoint, path: str | os.PathLike) -> None:
             declared = build_encoder(encoder, in_dim, **options).state_dict()
     except (ValueError, TypeError, KeyError, RuntimeError) as error:
         raise ValueError(f"{str(path)!r}: its policy settings do not describe an encoder ({error})") from None
+    head_hidden = saved.algo_kwargs.get("head_hidden")
+    head = next((t for key, t in saved.policy_state.items() if key.endswith("head.mlp.0.weight")), None)
+    if head_hidden is not None and (not isinstance(head_hidden, int) or isinstance(head_hidden, bool)
+                                    or (head is not None and head.dim() == 2 and head.shape[0] != head_hidden)):
+        raise ValueError(f"{str(path)!r}: its settings declare head_hidden {head_hidden!r}, but its head's weights "
+                         f"are {None if head is None else tuple(head.shape)}; refused before building it")
     first = next(iter(declared))
     prefix = next((key[: -len(first)] for key in saved.policy_state if key.endswith("encoder." + first)), None)
     for key, tensor in declared.items():

@@ -21,6 +21,7 @@ import torch
 from agents.policies.network import PlacementNetwork
 from placement_env.checks import checked_count, checked_finite
 
+from . import random_state
 from .base import PlacementAlgorithm
 from .problem import PlacementProblem
 from .search_rounds import EliteArchive, SearchRoundsConfig, search_rounds
@@ -100,6 +101,40 @@ class GuidedSearch(PlacementAlgorithm):
                 break
         hooks.on_training_end()
         return self
+
+    def training_state(self) -> tuple[int, dict]:
+        """``(proposals, state)``: the generators, the rounds run (each round's seed is ``seed + rounds``) and each
+        graph's archive of its best placements (unit placements with their overflow and makespan), so that a
+        resumed search goes on from what it had found with the seeds it had not used. (Its annealing runs for
+        seconds, so two runs are alike only as far as the machine's speed is.)"""
+        archives = {str(gi): {"rows": [row.tolist() for row in archive.rows], "keys": [list(k) for k in archive.keys]}
+                    for gi, (_, archive) in self._problems.items()}
+        return self.num_timesteps, {"generators": random_state.capture(), "rounds": self.rounds,
+                                    "archives": archives}
+
+    def restore_training_state(self, state: dict) -> None:
+        """Set the generators, the rounds and the archives of a checkpoint's training state (``ValueError`` for
+        an archive of a graph the environment lacks or of placements of another size)."""
+        random_state.restore(state["generators"])
+        graphs = self.env.unwrapped.task.graphs  # type: ignore[attr-defined]
+        archives = state["archives"]
+        if not isinstance(archives, dict):
+            raise ValueError("the guided search's archives are not a mapping")
+        for key, saved in archives.items():
+            gi = int(key)
+            if not saved["rows"]:
+                continue
+            if not 0 <= gi < len(graphs):
+                raise ValueError(f"an archive of graph {key}, but the environment has {len(graphs)} graphs")
+            problem, archive = self._problem(gi)
+            rows = np.asarray(saved["rows"], dtype=np.int64)
+            keys = [(float(o), float(mk)) for o, mk in saved["keys"]]
+            if rows.ndim != 2 or rows.shape[1] != problem.graph.num_units or len(keys) != len(rows):
+                raise ValueError(f"the archive of graph {key} holds placements of another shape {rows.shape}")
+            if rows.size and not 0 <= rows.min() <= rows.max() < problem.cluster.num_devices:
+                raise ValueError(f"the archive of graph {key} names devices the cluster lacks")
+            archive.rows, archive.keys = list(rows), keys
+        self.rounds = int(state["rounds"])
 
     def settings(self) -> dict:
         """The settings to rebuild this algorithm with (saved in checkpoints)."""

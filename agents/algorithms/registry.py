@@ -17,7 +17,8 @@ from typing import Any
 from agents.names import ALGORITHMS, SB3_ALGORITHMS
 from agents.policies.actor_critic import MaskablePlacementPolicy, PlacementPolicy
 
-from .base import PlacementAlgorithm, check_observation_space, load_state
+from . import random_state
+from .base import PlacementAlgorithm, check_observation_space, load_state, restore_training_state
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .guided_search import GuidedSearch
 from .reinforce import Reinforce, train_reinforce
@@ -90,7 +91,12 @@ def save_checkpoint(model: Any, path: str | os.PathLike, algo_kwargs: dict | Non
 
     A project algorithm saves its own settings; an SB3 model saves ``algo_kwargs`` (the constructor arguments to
     rebuild it with; SB3's defaults when None, which matter only to train on) and its policy's encoder settings.
-    Raises ``ValueError`` for a model of no registered algorithm."""
+    The random generators' states are saved too (:mod:`agents.algorithms.random_state`), and :func:`load_model`
+    restores them: a resumed SB3 run draws on from where this one stopped, though its environments start new
+    episodes and its rollout buffer starts empty (SB3 saves neither), so it is not step-for-step the uninterrupted
+    run; REINFORCE's resume is (it saves its episodes and baseline), and the guided search continues its rounds'
+    seeds and archives. Raises ``ValueError`` for a
+    model of no registered algorithm."""
     algo = algorithm_name(model)
     if isinstance(model, PlacementAlgorithm):
         write_checkpoint(model.checkpoint(), path)
@@ -101,7 +107,8 @@ def save_checkpoint(model: Any, path: str | os.PathLike, algo_kwargs: dict | Non
     optimizer = getattr(model.policy, "optimizer", None)
     write_checkpoint(Checkpoint(algo, policy, dict(algo_kwargs or {}), model.observation_space,
                                 int(model.num_timesteps), model.policy.state_dict(),
-                                None if optimizer is None else optimizer.state_dict()), path)
+                                None if optimizer is None else optimizer.state_dict(),
+                                {"generators": random_state.capture()}), path)
 
 
 def load_model(path: str | os.PathLike, env: Any, **kwargs: Any) -> Any:
@@ -117,6 +124,7 @@ def load_model(path: str | os.PathLike, env: Any, **kwargs: Any) -> Any:
     check_observation_space(saved, env, path)
     model = make_model(saved.algo, env, **saved.policy, **saved.algo_kwargs, **kwargs)
     load_state(model, saved, path)
+    restore_training_state(model, saved, path)  # the generators continue (building the model re-seeded them)
     return model
 
 

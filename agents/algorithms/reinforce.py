@@ -33,6 +33,7 @@ from torch.distributions import Categorical
 from agents.policies.network import PlacementNetwork
 from placement_env.checks import checked_count, checked_finite
 
+from . import random_state
 from .base import PlacementAlgorithm
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 
@@ -127,6 +128,7 @@ class Reinforce(PlacementAlgorithm):
         self.episodes = 0
         self.history: list[dict] = []
         self._baseline: Tensor | None = None
+        self._resume_point = self._boundary()  # where a checkpoint taken now resumes: the last finished episode
 
     def learn(self, total_timesteps: int, callback=None, progress_bar: bool = False,
               reset_num_timesteps: bool = True, tb_log_name: str = "reinforce") -> Reinforce:
@@ -135,9 +137,10 @@ class Reinforce(PlacementAlgorithm):
             self.episodes = 0
         hooks, total_timesteps = self.start_learning(total_timesteps, callback, progress_bar, reset_num_timesteps)
         config, start = self.config, time.perf_counter()
-        obs, info = self.env.reset(seed=config.seed + self.episodes)
+        self._resume_point = self._boundary()
         running = True
         while running and self.num_timesteps < total_timesteps and self.episodes < config.episodes:
+            obs, info = self.env.reset(seed=config.seed + self.episodes)  # each episode seeded: resumes exactly
             log_probs, rewards, done = [], [], False
             while not done:
                 logits = self.policy(obs)[0]
@@ -152,8 +155,6 @@ class Reinforce(PlacementAlgorithm):
                 if not hooks.on_step():
                     running = False
                     break
-            if done and running:
-                obs, info = self.env.reset()
         hooks.on_training_end()
         return self
 
@@ -176,7 +177,28 @@ class Reinforce(PlacementAlgorithm):
                   "seconds": time.perf_counter() - start}
         self.episodes += 1
         self.history.append(record)
+        self._resume_point = self._boundary()
         return record
+
+    def _boundary(self) -> tuple[int, dict]:
+        """``(steps, state)`` now, between episodes: what :meth:`training_state` reports until the next update."""
+        baseline = None if self._baseline is None else [float(b) for b in self._baseline]
+        return self.num_timesteps, {"generators": random_state.capture(reinforce=self.generator),
+                                    "episodes": self.episodes, "baseline": baseline}
+
+    def training_state(self) -> tuple[int, dict]:
+        """The last finished episode (``(steps, state)``): a checkpoint taken during an episode resumes at its
+        start, the weights being those of that point (they change only when an episode ends)."""
+        return self._resume_point
+
+    def restore_training_state(self, state: dict) -> None:
+        """Set the generators, the episode count and the baseline of a checkpoint's training state."""
+        random_state.restore(state["generators"], reinforce=self.generator)
+        self.episodes = int(state["episodes"])
+        baseline = state["baseline"]
+        self._baseline = None if baseline is None else torch.tensor([float(b) for b in baseline],
+                                                                     dtype=torch.float32)
+        self._resume_point = self._boundary()
 
     def settings(self) -> dict:
         """The fields of :class:`ReinforceConfig` (saved in checkpoints; the policy's are saved apart)."""

@@ -89,6 +89,7 @@ class SearchRoundsResult:
     evaluations: int
     seconds: float
     history: list[tuple[float, float]]  # (seconds since the start, best makespan s) after each round
+    interrupted: KeyboardInterrupt | None = None  # the Ctrl-C (or SIGTERM) that ended it, with stop_on_interrupt
 
 
 def sample_rows(probs: Tensor, count: int, epsilon: float, generator: torch.Generator) -> np.ndarray:
@@ -109,20 +110,43 @@ def imitation_loss(logits: Tensor, targets: np.ndarray) -> Tensor:
 def search_rounds(network: PlacementNetwork, problem: PlacementProblem, budget_seconds: float,
                   config: SearchRoundsConfig = SearchRoundsConfig(), seed: int = 0,
                   optimizer: torch.optim.Optimizer | None = None, starts: list[np.ndarray] | None = None,
-                  max_rounds: int | None = None, archive: EliteArchive | None = None) -> SearchRoundsResult:
+                  max_rounds: int | None = None, archive: EliteArchive | None = None,
+                  stop_on_interrupt: bool = False) -> SearchRoundsResult:
     """Propose, improve, learn (module docstring) on ``problem`` for ``budget_seconds`` of wall-clock time (or
     ``max_rounds`` rounds). ``starts`` (unit placements) join the archive before the first round; ``archive``
     continues an earlier search's (it is updated in place). Without an ``optimizer`` the policy is only sampled
-    (it does not learn)."""
+    (it does not learn). With ``stop_on_interrupt``, Ctrl-C (a ``KeyboardInterrupt``) during a round ends the
+    search with the best placement of the rounds before and the round's finished steps, the exception in
+    ``interrupted``; otherwise it propagates."""
     began = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
     archive = EliteArchive(config.elite) if archive is None else archive
     if starts:
         rows = np.stack(starts)
         archive.add(rows, *problem.judge(rows))
-    rounds = evaluations = 0
-    proposing = 0.0  # how long the last round's forward pass, sampling and judging took (s)
+    counters = [0, 0]  # rounds, evaluations
     history: list[tuple[float, float]] = []
+    interrupted = None
+    try:
+        _rounds(network, problem, budget_seconds, config, seed, optimizer, max_rounds, archive, began, generator,
+                counters, history)
+    except KeyboardInterrupt as stop:
+        if not stop_on_interrupt:
+            raise
+        interrupted = stop
+    units, best_makespan, best_overflow = archive.best
+    return SearchRoundsResult(units, best_makespan, best_overflow, counters[0], counters[1],
+                              time.perf_counter() - began, history, interrupted)
+
+
+def _rounds(network: PlacementNetwork, problem: PlacementProblem, budget_seconds: float, config: SearchRoundsConfig,
+            seed: int, optimizer: torch.optim.Optimizer | None, max_rounds: int | None, archive: EliteArchive,
+            began: float, generator: torch.Generator, counters: list[int],
+            history: list[tuple[float, float]]) -> None:
+    """:func:`search_rounds`'s loop; ``counters`` (rounds, evaluations), ``history`` and ``archive`` are updated as
+    it goes, so that an interruption keeps what finished."""
+    rounds = 0
+    proposing = 0.0  # how long the last round's forward pass, sampling and judging took (s)
     while True:
         left = budget_seconds - (time.perf_counter() - began)
         if left <= proposing or (max_rounds is not None and rounds >= max_rounds):
@@ -131,7 +155,7 @@ def search_rounds(network: PlacementNetwork, problem: PlacementProblem, budget_s
         logits = problem.logits(network)
         rows = sample_rows(torch.softmax(logits.detach(), -1), config.samples, config.epsilon, generator)
         makespan, overflow = problem.judge(rows)
-        evaluations += len(rows)
+        counters[1] += len(rows)
         archive.add(rows, makespan, overflow)
         proposing = time.perf_counter() - proposed
         proposal = rows[int(np.lexsort((makespan, overflow))[0])]
@@ -151,7 +175,7 @@ def search_rounds(network: PlacementNetwork, problem: PlacementProblem, budget_s
             if seconds <= 0:
                 break
             refined = anneal_units(problem.graph, problem.cluster, start, seed + rounds, seconds, config=anneal)
-            evaluations += refined.evaluations
+            counters[1] += refined.evaluations
             units = problem.graph.unit_placement(refined.placement)[None, :]
             archive.add(units, np.array([refined.makespan]), np.array([refined.overflow]))
         if optimizer is not None and time.perf_counter() - began < budget_seconds:  # no update past the budget
@@ -162,8 +186,6 @@ def search_rounds(network: PlacementNetwork, problem: PlacementProblem, budget_s
                 loss.backward()
                 optimizer.step()
         rounds += 1
+        counters[0] = rounds
         history.append((time.perf_counter() - began, archive.best[1]))
-    units, best_makespan, best_overflow = archive.best
-    return SearchRoundsResult(units, best_makespan, best_overflow, rounds, evaluations,
-                              time.perf_counter() - began, history)
 

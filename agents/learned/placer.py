@@ -34,7 +34,7 @@ import torch
 from agents.algorithms.checkpoint import read_checkpoint
 from agents.algorithms.problem import PlacementProblem
 from agents.algorithms.rollout import policy_placement
-from agents.algorithms.search_rounds import SearchRoundsConfig, sample_rows, search_rounds
+from agents.algorithms.search_rounds import EliteArchive, SearchRoundsConfig, sample_rows, search_rounds
 from agents.policies.network import PlacementNetwork
 from baselines.anneal import anneal_units
 from baselines.memory import PlacementInfeasibleError
@@ -42,6 +42,7 @@ from baselines.memory_repair import repair_memory
 from baselines.placers import CONSTRUCTIVE, SEARCH_STARTS
 from baselines.starts import ranked_starts
 from placement_env.checks import checked_count, checked_finite
+from placement_env.cli import Terminated
 from placement_env.cluster import Cluster
 from placement_env.envs.task import fit_units
 from placement_env.graph.model import ComputationGraph
@@ -71,6 +72,8 @@ class LearnedPlacement:
     seconds: float
     method: str
     rounds: int
+    interrupted: bool = False  # Ctrl-C or SIGTERM stopped the search: the best placement found until then
+    terminated: bool = False  # it was SIGTERM
 
 
 def checked_budget(budget_seconds: float) -> float:
@@ -189,10 +192,14 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
         allow_oom: return the best placement found even when it is out of memory (``overflow`` > 0).
 
     Returns:
-        a :class:`LearnedPlacement`, a device per node of ``graph`` (coarsening only groups ops).
+        a :class:`LearnedPlacement`, a device per node of ``graph`` (coarsening only groups ops). Ctrl-C (or
+        SIGTERM, where a command turns it into :class:`~placement_env.cli.Terminated`) during the fine-tuning
+        ends it early: the result is then the best placement of the steps that finished (the zero-shot proposals,
+        the starts, each annealing chain and search round), with ``interrupted`` set.
 
     Raises:
         PlacementInfeasibleError: nothing found fits in memory (unless ``allow_oom``), as the classical placers.
+        KeyboardInterrupt: Ctrl-C before any placement was judged, or when none found by then fits in memory.
         ValueError: a bad budget or sample count, a cluster larger than the policy knows, a file that is not a
             checkpoint.
     """
@@ -206,6 +213,8 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
         found = _learned_placement(graph, cluster, policy, budget_seconds, zero_shot, seed, samples,
                                    use_classical_starts, learn, began)
     if found.overflow > 0 and not allow_oom:
+        if found.interrupted:
+            raise Terminated() if found.terminated else KeyboardInterrupt()
         raise PlacementInfeasibleError(
             f"the learned placer found no placement of {graph.name!r} within the memory of {cluster.num_devices} "
             f"devices (its best overflows by {found.overflow / 2**20:.1f} MiB); a larger cluster, or "
@@ -230,20 +239,42 @@ def _learned_placement(graph: ComputationGraph, cluster: Cluster, policy: Any, b
         if over > 0:  # every sample is out of memory: repaired as the classical placers' placements are
             units, mk, over = repaired(problem, units, mk, over)
     else:
-        classical = classical_starts(problem.graph, cluster, seed) if use_classical_starts else []
-        starts = [rows[best]] + classical
-        if EXPLORE_SHARE > 0 and len(starts) > 1:
-            order = np.lexsort(problem.judge(np.stack(starts))[::-1])[:EXPLORE_STARTS]
-            seconds = EXPLORE_SHARE * budget / len(order)
-            for i in order:
-                annealed = anneal_units(problem.graph, cluster, starts[i], seed, seconds)
-                starts.append(problem.graph.unit_placement(annealed.placement))
-        optimizer = torch.optim.Adam(network.parameters(), lr=1e-3) if learn else None
         config = SearchRoundsConfig(search_seconds=max(0.5, budget / ROUNDS_PER_BUDGET), chains=2,
                                     incumbent_share=INCUMBENT_SHARE)
-        result = search_rounds(network, problem, budget - (time.perf_counter() - began), config, seed,
-                               optimizer, starts)
-        units, mk, over, rounds = result.units, result.makespan, result.overflow, result.rounds
+        archive = EliteArchive(config.elite)  # everything found, kept should Ctrl-C stop the search
+        archive.add(rows[best][None, :], makespan[best:best + 1], overflow[best:best + 1])
+        rounds, stop = 0, None
+        try:
+            _explore(problem, archive, rows[best], budget, seed, use_classical_starts)
+            optimizer = torch.optim.Adam(network.parameters(), lr=1e-3) if learn else None
+            result = search_rounds(network, problem, budget - (time.perf_counter() - began), config, seed,
+                                   optimizer, archive=archive, stop_on_interrupt=True)
+            rounds, stop = result.rounds, result.interrupted
+        except KeyboardInterrupt as interruption:
+            stop = interruption
+        units, mk, over = archive.best
+        if stop is not None:
+            return LearnedPlacement(problem.graph.expand_unit_placement(units), mk, over,
+                                    time.perf_counter() - began, "fine-tuned", rounds, True,
+                                    isinstance(stop, Terminated))
     placement = problem.graph.expand_unit_placement(units)  # a device per node: coarsening only groups ops
     return LearnedPlacement(placement, mk, over, time.perf_counter() - began,
                             "zero-shot" if zero_shot else "fine-tuned", rounds)
+
+
+def _explore(problem: PlacementProblem, archive: EliteArchive, proposal: np.ndarray, budget: float, seed: int,
+             use_classical_starts: bool) -> None:
+    """The fine-tuning's first part: the fast placers' starts (when used) join ``archive`` beside the best
+    zero-shot ``proposal``, and :data:`EXPLORE_SHARE` of ``budget`` anneals from each of the
+    :data:`EXPLORE_STARTS` best of them, every result joining ``archive`` as it finishes."""
+    cluster = problem.cluster
+    starts = [proposal] + (classical_starts(problem.graph, cluster, seed) if use_classical_starts else [])
+    if len(starts) > 1:
+        archive.add(np.stack(starts[1:]), *problem.judge(np.stack(starts[1:])))
+    if EXPLORE_SHARE > 0 and len(starts) > 1:
+        order = np.lexsort(problem.judge(np.stack(starts))[::-1])[:EXPLORE_STARTS]
+        seconds = EXPLORE_SHARE * budget / len(order)
+        for i in order:
+            annealed = anneal_units(problem.graph, cluster, starts[i], seed, seconds)
+            units = problem.graph.unit_placement(annealed.placement)[None, :]
+            archive.add(units, *problem.judge(units))

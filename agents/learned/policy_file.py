@@ -62,6 +62,10 @@ def load_policy(path: str | os.PathLike, with_optimizer: bool = False) -> Any:
     saved = read_checkpoint(path)
     if saved.algo != ALGO:
         raise ValueError(f"{str(path)!r} holds a {saved.algo} model, not a guided-search placement policy")
+    info = saved.algo_kwargs.get("info", {})
+    if not isinstance(info, dict):
+        raise ValueError(f"{str(path)!r}: its info (how the policy was made) is a {type(info).__name__}, not a "
+                         "mapping")
     network = PlacementNetwork(saved.observation_space, saved.policy["encoder"], saved.policy["encoder_kwargs"],
                                int(saved.algo_kwargs.get("head_hidden", 64)))
     try:
@@ -69,7 +73,7 @@ def load_policy(path: str | os.PathLike, with_optimizer: bool = False) -> Any:
     except RuntimeError as error:
         raise ValueError(f"{str(path)!r}: the saved weights do not fit its settings "
                          f"({str(error).splitlines()[0]})") from None
-    network.info = dict(saved.algo_kwargs.get("info", {}))  # type: ignore[assignment]
+    network.info = dict(info)  # type: ignore[assignment]
     return (network, saved.optimizer_state) if with_optimizer else network
 
 

@@ -44,11 +44,12 @@ import torch
 from agents.algorithms.problem import PlacementProblem
 from agents.algorithms.search_rounds import SearchRoundsConfig, imitation_loss, search_rounds
 from agents.jobs import IN_PROCESS, Failure, FanOut, Job, JobRunner, failures, open_runner, run_jobs
+from agents.training.lock import OutputLock
 from baselines.anneal import anneal_units
 from baselines.placers import placers_with_budget
 from placement_env.cluster import Cluster
 from placement_env.graph.io import graph_digest
-from placement_env.json_files import digest_of, write_text_atomically
+from placement_env.json_files import digest_of, remove_stale_temporaries, write_text_atomically
 from placement_env.zoo.registry import load_graph
 
 from .placer import start_units
@@ -151,15 +152,20 @@ IMPROVE_CHUNK = 8  # training problems per stage-3 job: the policy travels once 
 
 def pretrain(config: PretrainConfig, out: str | os.PathLike, log=print, fanout: FanOut = IN_PROCESS) -> Path:
     """Run (or resume) the three stages into ``out``, the searches where ``fanout`` says (its workers live through
-    all stages); returns the policy's path."""
-    with open_runner(fanout, preload=("agents.learned.pretraining",)) as runner:
-        path = _stages(config, Path(out), log, runner)
-    if fanout.workers > 1 and fanout.ray is None:  # the worker processes have ended: their peak is known now
-        record_path = Path(out) / "pretrain.json"
-        record = json.loads(record_path.read_text())
-        record["peak_worker_memory_bytes"] = max(int(record.get("peak_worker_memory_bytes", 0)),
-                                                 peak_memory_bytes(resource.RUSAGE_CHILDREN))
-        write_text_atomically(record_path, json.dumps(record, indent=1))
+    all stages); returns the policy's path. ``out`` is held for the whole run
+    (:class:`~agents.training.lock.OutputLock`): a second pretraining on it fails at once (``ValueError``)."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with OutputLock(out):
+        for folder in (Path(out), Path(out) / "targets"):  # a killed run's half-written files (held by nobody now)
+            remove_stale_temporaries(folder)
+        with open_runner(fanout, preload=("agents.learned.pretraining",)) as runner:
+            path = _stages(config, Path(out), log, runner)
+        if fanout.workers > 1 and fanout.ray is None:  # the worker processes have ended: their peak is known now
+            record_path = Path(out) / "pretrain.json"
+            record = json.loads(record_path.read_text())
+            record["peak_worker_memory_bytes"] = max(int(record.get("peak_worker_memory_bytes", 0)),
+                                                     peak_memory_bytes(resource.RUSAGE_CHILDREN))
+            write_text_atomically(record_path, json.dumps(record, indent=1))
     return path
 
 
@@ -235,8 +241,12 @@ def _stages(config: PretrainConfig, out: Path, log, runner: JobRunner) -> Path:
         optimizer = torch.optim.Adam(network.parameters(), lr=config.learning_rate)
         if optimizer_state is not None:
             optimizer.load_state_dict(optimizer_state)
-        done_epochs = int(network.info.get("epochs", 0))
-        losses = network.info.get("losses", record["stages"].get("loss", [])[:done_epochs])
+        done_epochs = network.info.get("epochs", 0)
+        losses = network.info.get("losses", record["stages"].get("loss", [])[:done_epochs]
+                                  if isinstance(done_epochs, int) else [])
+        if not isinstance(done_epochs, int) or done_epochs < 0 or not isinstance(losses, list):
+            raise ValueError(f"{str(policy_path)!r}: its info holds epochs {done_epochs!r} and losses of type "
+                             f"{type(losses).__name__}; not a pretraining checkpoint to resume (another --out?)")
         record["stages"].update(epochs_done=done_epochs, loss=list(losses))
     total_epochs = config.epochs * (1 + config.rounds)
     while done_epochs < total_epochs:

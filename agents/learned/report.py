@@ -18,8 +18,9 @@ def placement_report(graph: ComputationGraph, cluster: Cluster, result: LearnedP
     slower the learned placement is; the lower bound."""
     bound = lower_bound(graph, cluster)
     fast = best_row(compare_placers(graph, cluster, {name: PLACERS[name] for name in FAST_COMPARED}, seed))
+    how = result.method + (", interrupted" if result.interrupted else "")
     lines = [f"{graph.name} on {cluster.num_devices} devices ({cluster.name}):",
-             f"  {'learned (' + result.method + f', {result.seconds:.1f} s)':<34} {result.makespan * 1e3:>10.3f} ms  "
+             f"  {'learned (' + how + f', {result.seconds:.1f} s)':<34} {result.makespan * 1e3:>10.3f} ms  "
              f"{result.makespan / bound:.3f} x lower bound"]
     if fast is None or fast.makespan is None:
         lines.append(f"  {'fast classical placers':<34} none fits in memory")

@@ -171,8 +171,9 @@ class TrackBest(BaseCallback):
         for info in self.locals["infos"]:
             self.tracker.update(info, self.num_timesteps)
         if self.num_timesteps % self.config.checkpoint_every < self.config.n_envs:
-            save(self.model, self.config, self.out)
+            # the tracker first: killed between the two, the checkpoint is older and re-runs steps already tracked
             write_text_atomically(self.out / "tracker.json", json.dumps(self.tracker.state()))
+            save(self.model, self.config, self.out)
         if self.clock.expired() or self.stop.requested:
             return False
         self._rollout_steps += 1

@@ -1,0 +1,163 @@
+"""What the reliability issue's findings measure, re-run: the output lock, workers' memory, workers of a killed driver.
+
+    python benchmarks/reliability.py lock [--trials 40]       # contenders starting together: double holders?
+    python benchmarks/reliability.py workers [--workers 64]   # two pretraining jobs with --workers 64: peak memory
+    python benchmarks/reliability.py kill [--ray]             # SIGKILL / SIGTERM the driver: processes left after 5 s
+
+``lock``: in each trial four processes start within a millisecond of each other on one output folder (fresh, or
+with a lock file left by a process that no longer runs) and each holds :class:`agents.training.lock.OutputLock`
+for 0.3 s if it gets it; a trial fails when two holders' times overlap. ``workers``: the whole process tree's
+resident memory (driver and workers, polled every 0.1 s with psutil) and its largest number of processes.
+``kill``: ``python -m agents.experiments table6 --quick`` with two workers (or on Ray), stopped once its workers
+are busy; every process it started is counted at the kill and 5 s later (zombies not counted), and the files of
+``--out`` are compared 2 s after that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+from machine import machine_line
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTENDER = """import json, sys, time
+from agents.training.lock import OutputLock
+folder, start = sys.argv[1], float(sys.argv[2])
+time.sleep(max(0.0, start - time.time()))
+try:
+    with OutputLock(folder):
+        began = time.time(); time.sleep(0.3); print(json.dumps([began, time.time()]))
+except ValueError:
+    print("refused")
+"""
+
+
+def lock_trials(trials: int, stale: bool, root: Path) -> tuple[int, int]:
+    """``(trials with two holders at once, trials)``."""
+    doubles = 0
+    for trial in range(trials):
+        folder = root / f"{'stale' if stale else 'fresh'}{trial}"
+        folder.mkdir()
+        if stale:
+            dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                                  text=True)
+            (folder / ".lock").write_text(dead.stdout)
+        start = time.time() + 2.5
+        contenders = [subprocess.Popen([sys.executable, "-c", CONTENDER, str(folder), str(start)], cwd=ROOT,
+                                       stdout=subprocess.PIPE, text=True) for _ in range(4)]
+        held = sorted(json.loads(out) for out in (c.communicate(timeout=60)[0].strip() for c in contenders)
+                      if out != "refused")
+        doubles += any(a[1] > b[0] for a, b in zip(held, held[1:]))
+    return doubles, trials
+
+
+def tree_memory(process: psutil.Process) -> tuple[int, int]:
+    """``(resident bytes, processes)`` of ``process`` and its descendants now."""
+    total, count = 0, 0
+    for p in [process, *process.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+            count += 1
+        except psutil.Error:
+            pass
+    return total, count
+
+
+def workers_peak(workers: int, out: Path) -> tuple[int, int, float]:
+    """Two pretraining expert jobs with ``--workers``: ``(peak bytes, most processes, seconds)``."""
+    command = [sys.executable, "-m", "agents.pretrain", "--suites", "cifar10", "--seeds", "1", "--devices", "2", "3",
+               "--expert-steps", "20", "--epochs", "1", "--rounds", "0", "--workers", str(workers), "--out", str(out)]
+    began = time.perf_counter()
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    handle, peak, most = psutil.Process(proc.pid), 0, 0
+    while proc.poll() is None:
+        memory, count = tree_memory(handle)
+        peak, most = max(peak, memory), max(most, count)
+        time.sleep(0.1)
+    if proc.returncode != 0:
+        raise SystemExit(f"the pretraining failed: {proc.stderr.read() if proc.stderr else ''}")
+    return peak, most, time.perf_counter() - began
+
+
+def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    living = []
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                living.append(p)
+        except psutil.Error:
+            pass
+    return living
+
+
+def files(out: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+
+
+def kill_driver(how: signal.Signals, ray: bool, out: Path) -> str:
+    """Start the experiment, stop its driver with ``how`` once it has busy workers; what is left after 5 s."""
+    command = [sys.executable, "-m", "agents.experiments", "table6", "--quick", "--models", "vgg19", "resnet50",
+               "--out", str(out), *(["--ray"] if ray else ["--workers", "2"])]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    driver = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # until two descendants use the CPU (runs under way)
+        children = driver.children(recursive=True)
+        busy = [c for c in children if c.is_running() and c.cpu_percent(interval=0.2) > 20]
+        if len(busy) >= 2:
+            break
+    started = driver.children(recursive=True)
+    proc.send_signal(how)
+    proc.wait(timeout=60)
+    time.sleep(5.0)
+    left = alive(started)
+    before = files(out)
+    time.sleep(2.0)
+    written_after = sorted(set(files(out).items()) - set(before.items()))
+    names = ", ".join(sorted({p.name() for p in left if p.is_running()})) if left else ""
+    for p in left:  # leave the machine clean
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    return (f"{how.name} on {'Ray' if ray else '--workers 2'}: {len(started)} processes started, "
+            f"{len(left)} alive 5 s after the driver ended{' (' + names + ')' if names else ''}, "
+            f"{len(written_after)} files written after")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["lock", "workers", "kill"])
+    parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--workers", type=int, default=64)
+    parser.add_argument("--ray", action="store_true", help="kill: the experiment on Ray instead of --workers 2")
+    args = parser.parse_args()
+    print(machine_line())
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        if args.what == "lock":
+            for stale in (False, True):
+                doubles, trials = lock_trials(args.trials, stale, root)
+                print(f"{'stale' if stale else 'fresh'} lock: two holders at once in {doubles} of {trials} trials "
+                      "(4 contenders each)")
+        elif args.what == "workers":
+            peak, most, seconds = workers_peak(args.workers, root / "out")
+            print(f"pretraining, 2 expert jobs, --workers {args.workers}: peak {peak / 2**30:.2f} GiB over the "
+                  f"process tree, at most {most} processes, {seconds:.1f} s")
+        else:
+            for how in (signal.SIGTERM, signal.SIGKILL):
+                print(kill_driver(how, args.ray, root / f"out-{how.name}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
