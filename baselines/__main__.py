@@ -27,7 +27,8 @@ from placement_env.sim.chrome_trace import write_chrome_trace
 
 from . import PLACERS
 from .compare import compare_placers, format_table
-from .placers import placers_with_budget
+from .placers import QUICK_STARTS, placers_with_budget
+from .starts import LARGE_GRAPH_OPS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_progress(index: int, total: int, name: str, seconds: float | None) -> None:
+    """One stderr line per placer: ``[3/11] heft ...`` when it begins, ``42.8 s`` at its end."""
+    if seconds is None:
+        print(f"[{index}/{total}] {name} ...", end="", file=sys.stderr, flush=True)
+    else:
+        print(f" {seconds:.1f} s", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     check_output_paths(args.json, args.placements_dir, args.traces_dir)
@@ -57,7 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [x for x in names if x not in placers]
     if unknown:
         raise ValueError(f"unknown placer {unknown[0]!r}; known: {', '.join(placers)}")
-    rows = compare_placers(graph, cluster, {n: placers[n] for n in names}, seed=args.seed)
+    progress = None
+    if graph.num_nodes > LARGE_GRAPH_OPS:
+        print(f"notice: graph {graph.name!r} has {graph.num_nodes:,} ops, more than {LARGE_GRAPH_OPS:,}: the "
+              f"placers may take minutes (HEFT about 43 s for a million ops); the search placers start only from "
+              f"{', '.join(QUICK_STARTS)}; progress on stderr", file=sys.stderr, flush=True)
+        progress = _print_progress
+    rows = compare_placers(graph, cluster, {n: placers[n] for n in names}, seed=args.seed, progress=progress)
     print(format_table(rows, graph, cluster))
     if args.json:
         payload = {"graph": graph.name, "cluster": cluster.to_dict(), "seed": args.seed,

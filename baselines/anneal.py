@@ -17,25 +17,29 @@ the walk takes worse steps and leaves its basin, at a low one it takes the best 
 worse in memory overflow are drawn (a start out of memory first takes the least overflow), so a start within
 memory stays within memory. The best placement seen is returned.
 
-The search stops after ``time_budget`` seconds, or after ``max_steps`` steps when given (deterministic, for
-tests). The defaults of :class:`AnnealConfig` and how they were chosen: ``docs/placers.md``.
+The search stops after ``max_steps`` steps when given (deterministic, for tests), and within ``time_budget``
+seconds counted from the call (its set-up included): a step judges only as many neighbours as are expected to
+be judged within the time left (:class:`~baselines.search_clock.SearchClock`; all ``batch`` of them but on a
+graph of hundreds of thousands of ops), and none is begun when not one fits. The defaults of
+:class:`AnnealConfig` and how they were chosen: ``docs/placers.md``.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
-from placement_env.graph.units import unit_graph
+from placement_env.graph.units import unit_edges
 from placement_env.sim.simulator import Simulator, check_placement
 
-from .local_search import RefineResult
-from .memory import overflow_bytes
+from .local_search import RefineResult, judge_unit_placements
+from .search_clock import SearchClock
 from .starts import best_of_starts
 
 
@@ -51,27 +55,59 @@ class AnnealConfig:
     t_end: float = 0.00001
 
 
-def nearest_units(graph: ComputationGraph, count: int) -> list[np.ndarray]:
-    """For each unit, up to ``count`` other units in breadth-first order over the unit graph (both directions)."""
-    units = unit_graph(graph)
-    neighbours: list[list[int]] = [[] for _ in range(units.num_units)]
-    for a, b in units.edges.T.tolist():
-        neighbours[a].append(b)
-        neighbours[b].append(a)
-    out = []
-    for start in range(units.num_units):
+class NearestUnits:
+    """For each unit, up to ``count`` other units in breadth-first order over the unit graph (edges taken both
+    ways, a unit's neighbours in the order of the unit graph's edges), found when first asked for: ``near[u]``
+    is an int64 array, ``len(near)`` the number of units. Built in time linear in the unit edges; each unit's
+    search visits at most ``count`` units' neighbours, so a million-unit graph costs only the units drawn."""
+
+    def __init__(self, graph: ComputationGraph, count: int) -> None:
+        edges, num_units = unit_edges(graph), graph.num_units
+        a, b = edges[0], edges[1]
+        source = np.concatenate([a, b])
+        edge = np.concatenate([np.arange(a.size), np.arange(a.size)])
+        order = np.lexsort((edge, source))  # by unit, then by edge: the order neighbours were listed in
+        self._target = np.concatenate([b, a])[order]
+        self._offsets = np.zeros(num_units + 1, dtype=np.int64)
+        np.cumsum(np.bincount(source, minlength=num_units), out=self._offsets[1:])
+        self.count, self.num_units = int(count), num_units
+        self._found: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return self.num_units
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[unit] for unit in range(self.num_units))
+
+    def __getitem__(self, start: int) -> np.ndarray:
+        start = int(start)
+        if not 0 <= start < self.num_units:
+            raise IndexError(f"unit {start} out of range for {self.num_units} units")
+        found = self._found.get(start)
+        if found is None:
+            found = self._found[start] = self._search(start)
+        return found
+
+    def _search(self, start: int) -> np.ndarray:
+        offsets, target = self._offsets, self._target
         seen, queue = {start}, deque([start])
         order: list[int] = []
-        while queue and len(order) < count:
-            for v in neighbours[queue.popleft()]:
+        while queue and len(order) < self.count:
+            u = queue.popleft()
+            for v in target[offsets[u]:offsets[u + 1]].tolist():
                 if v not in seen:
                     seen.add(v)
                     order.append(v)
                     queue.append(v)
-                    if len(order) == count:
+                    if len(order) == self.count:
                         break
-        out.append(np.array(order, dtype=np.int64))
-    return out
+        return np.array(order, dtype=np.int64)
+
+
+def nearest_units(graph: ComputationGraph, count: int) -> NearestUnits:
+    """For each unit, up to ``count`` other units in breadth-first order over the unit graph (both directions):
+    a :class:`NearestUnits`, indexed by unit."""
+    return NearestUnits(graph, count)
 
 
 def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndarray, seed: int = 0,
@@ -81,34 +117,36 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
     makespan (s), overflow (bytes), steps taken, evaluations and the best makespan after each step."""
     if time_budget is None and max_steps is None:
         raise ValueError("anneal needs a time budget or a number of steps")
+    clock = SearchClock(time_budget)  # the set-up counts: on a graph of a million ops it takes seconds
     rng = np.random.default_rng(seed)
     simulator = Simulator(graph, cluster)
     m, nu = cluster.num_devices, graph.num_units
     current = np.asarray(start_units, dtype=np.int64).copy()
 
     def judge(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        batch = simulator.simulate_batch(rows[:, graph.unit_of], check=False)
-        return batch.makespan, overflow_bytes(batch.peak_memory, cluster)
+        return judge_unit_placements(simulator, rows)
 
     mk, over = judge(current[None, :])
+    if time_budget is not None:
+        judged = time.perf_counter()  # timed again: the first call may load the compiled kernel
+        judge(current[None, :])
+        clock.time_simulation(time.perf_counter() - judged)
     cur_mk, cur_over = float(mk[0]), float(over[0])
     best, best_key = current.copy(), (cur_over, cur_mk)
     history, evaluations, steps = [cur_mk], 1, 0
     if m < 2 or nu == 0:
         return RefineResult(graph.expand_unit_placement(best), cur_mk, cur_over, 0, evaluations, history)
     near = nearest_units(graph, config.block_max - 1)
-    n_moves = int(config.batch * config.move_share)
-    n_swaps = int(config.batch * config.swap_share)
-    start = time.perf_counter()
-    while True:
-        elapsed = time.perf_counter() - start
-        if (max_steps is not None and steps >= max_steps) or (time_budget is not None and elapsed >= time_budget):
+    while max_steps is None or steps < max_steps:
+        batch = clock.step(config.batch)  # the whole batch, or what the time left allows (0: stop)
+        if batch == 0:
             break
-        progress = steps / max_steps if max_steps is not None else elapsed / float(time_budget)  # type: ignore[arg-type]
+        n_moves, n_swaps = int(batch * config.move_share), int(batch * config.swap_share)
+        progress = steps / max_steps if max_steps is not None else clock.progress()
         temperature = config.t_start * (config.t_end / config.t_start) ** min(progress, 1.0)
-        rows = np.repeat(current[None, :], config.batch, axis=0)
-        moved = rng.integers(0, nu, config.batch)
-        target = (current[moved] + rng.integers(1, m, config.batch)) % m
+        rows = np.repeat(current[None, :], batch, axis=0)
+        moved = rng.integers(0, nu, batch)
+        target = (current[moved] + rng.integers(1, m, batch)) % m
         rows[np.arange(n_moves), moved[:n_moves]] = target[:n_moves]
         for r in range(n_moves, n_moves + n_swaps):
             a = moved[r]
@@ -116,13 +154,13 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
             if others.size:
                 b = others[rng.integers(others.size)]
                 rows[r, a], rows[r, b] = current[b], current[a]
-        for r in range(n_moves + n_swaps, config.batch):
+        for r in range(n_moves + n_swaps, batch):
             a = moved[r]
             block = near[a][: rng.integers(1, config.block_max)]
             rows[r, a] = target[r]
             rows[r, block] = target[r]
         mk, over = judge(rows)
-        evaluations += config.batch
+        evaluations += batch
         steps += 1
         allowed = over <= cur_over
         if over.min() < cur_over:  # out of memory: the least overflow first
@@ -134,7 +172,7 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
             scale = max(cur_mk, 1e-300) * temperature
             logits = np.where(allowed, -(mk - cur_mk) / scale, -np.inf)
             weights = np.exp(logits - logits.max())
-            j = int(rng.choice(config.batch, p=weights / weights.sum()))
+            j = int(rng.choice(batch, p=weights / weights.sum()))
         current, cur_mk, cur_over = rows[j], float(mk[j]), float(over[j])
         if (cur_over, cur_mk) < best_key:
             best, best_key = current.copy(), (cur_over, cur_mk)
@@ -153,17 +191,19 @@ ANNEAL_SECONDS = 4.0  # the default budget of the ``anneal`` placer
 
 
 def anneal_from_best(start_placers: dict, budget_seconds: float = ANNEAL_SECONDS, starts: int = 3,
-                     config: AnnealConfig = AnnealConfig()):
+                     config: AnnealConfig = AnnealConfig(), quick_starts: Collection[str] = ()):
     """A placer: :func:`anneal_units` from each of the ``starts`` fastest placements of ``start_placers`` that fit
-    in memory (:func:`~baselines.starts.ranked_starts`), each for an equal share of what the start placers leave of
-    ``budget_seconds``; the best result. Why 3 starts: ``docs/placers.md``.
+    in memory (:func:`~baselines.starts.ranked_starts`; on a graph of more than
+    :data:`~baselines.starts.LARGE_GRAPH_OPS` ops only those named in ``quick_starts`` run), each for an equal
+    share of what the start placers leave of ``budget_seconds``; the best result, the whole call within
+    ``budget_seconds``. Why 3 starts: ``docs/placers.md``.
     """
 
     def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
         def search(placement: np.ndarray, seconds: float | None) -> RefineResult:
             return anneal_units(graph, cluster, graph.unit_placement(placement), seed, seconds, config=config)
 
-        return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds)
+        return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds, quick_starts)
 
     placer.__name__ = "anneal"
     placer.__doc__ = (f"simulated annealing for {budget_seconds:g} s in all from the {starts} best of "

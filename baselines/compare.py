@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -45,20 +46,31 @@ class ComparisonRow:
         return d
 
 
-def compare_placers(graph: ComputationGraph, cluster: Cluster, placers: dict, seed: int = 0) -> list[ComparisonRow]:
+Progress = Callable[[int, int, str, "float | None"], None]  # (index from 1, placers, name, seconds or None)
+
+
+def compare_placers(graph: ComputationGraph, cluster: Cluster, placers: dict, seed: int = 0,
+                    progress: Progress | None = None) -> list[ComparisonRow]:
     """Place ``graph`` with each of ``placers`` (name -> placer) and simulate the result.
 
-    A placer that cannot fit the graph gives a row with ``error`` set instead of numbers.
+    A placer that cannot fit the graph gives a row with ``error`` set instead of numbers. ``progress``, when
+    given, is called before each placer runs (seconds None) and after it (its seconds).
     """
     rows = []
-    for name, placer in placers.items():
+    for index, (name, placer) in enumerate(placers.items(), start=1):
+        if progress is not None:
+            progress(index, len(placers), name, None)
         t0 = time.perf_counter()
         try:
             p = np.asarray(placer(graph, cluster, seed))
         except PlacementInfeasibleError as exc:
             rows.append(ComparisonRow(name, None, None, None, None, time.perf_counter() - t0, f"infeasible: {exc}"))
+            if progress is not None:
+                progress(index, len(placers), name, rows[-1].place_seconds)
             continue
         seconds = time.perf_counter() - t0
+        if progress is not None:
+            progress(index, len(placers), name, seconds)
         r = simulate(graph, p, cluster)
         rows.append(ComparisonRow(name, r.makespan, r.lb_ratio, float(np.max(r.peak_memory / cluster.memory)),
                                   r.oom, seconds, None, [int(x) for x in p], r))

@@ -7,13 +7,15 @@ and keeps the best if it improves on the current placement. Placements are
 compared by (memory overflow in bytes, makespan): an out-of-memory placement
 is first driven back under capacity, and no accepted step ever increases the
 overflow. It stops after ``max_rounds`` rounds, ``patience`` rounds in a row
-without improvement, or ``time_budget`` seconds, whichever comes first.
+without improvement, or when not one more neighbour is expected to be judged
+within ``time_budget`` seconds from the call (a round judges only as many as
+fit: :class:`~baselines.search_clock.SearchClock`), whichever comes first.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +25,7 @@ from placement_env.graph.model import ComputationGraph
 from placement_env.sim.simulator import Simulator, check_placement
 
 from .memory import overflow_bytes
+from .search_clock import SearchClock
 from .starts import best_of_starts
 
 
@@ -38,23 +41,30 @@ class RefineResult:
 
 def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, max_rounds: int = 200,
            batch: int = 32, patience: int = 40, time_budget: float | None = None) -> RefineResult:
-    """Improve ``placement`` (a device per node, colocation honoured) by moves and swaps of units."""
+    """Improve ``placement`` (a device per node, colocation honoured) by moves and swaps of units; with
+    ``time_budget``, within that many seconds of the call (a round judges only the neighbours expected to be
+    judged in the time left, none when not one fits)."""
+    clock = SearchClock(time_budget)
     rng = np.random.default_rng(seed)
     p = check_placement(graph, placement, cluster)
     m = cluster.num_devices
     current = graph.unit_placement(p)
     simulator = Simulator(graph, cluster)
-    first_mk, first_over = _score(simulator, graph, current[None, :])
+    first_mk, first_over = judge_unit_placements(simulator, current[None, :])
+    if time_budget is not None:
+        judged = time.perf_counter()  # timed again: the first call may load the compiled kernel
+        judge_unit_placements(simulator, current[None, :])
+        clock.time_simulation(time.perf_counter() - judged)
     cur_mk, cur_over = float(first_mk[0]), float(first_over[0])
     history, evaluations, stale, rounds = [cur_mk], 1, 0, 0
-    deadline = None if time_budget is None else time.perf_counter() + time_budget
     while rounds < max_rounds and stale < patience and m > 1:
-        if deadline is not None and time.perf_counter() > deadline:
+        size = clock.step(batch)  # the whole batch, or what the time left allows (0: stop)
+        if size == 0:
             break
         rounds += 1
-        cand = neighbours(current, m, batch, rng)
-        mk, over = _score(simulator, graph, cand)
-        evaluations += batch
+        cand = neighbours(current, m, size, rng)
+        mk, over = judge_unit_placements(simulator, cand)
+        evaluations += size
         best = int(np.lexsort((mk, over))[0])
         if (over[best], mk[best]) < (cur_over, cur_mk):
             current, cur_mk, cur_over, stale = cand[best].copy(), float(mk[best]), float(over[best]), 0
@@ -88,8 +98,12 @@ def neighbours(units: np.ndarray, num_devices: int, count: int, rng: np.random.G
     return cand
 
 
-def _score(simulator: Simulator, graph: ComputationGraph, unit_placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    result = simulator.simulate_batch(unit_placements[:, graph.unit_of], check=False)
+def judge_unit_placements(simulator: Simulator, unit_placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(makespans s, overflows bytes)`` of unit placements (B x units, int64) in one batched simulation; the
+    rows are expanded to ops only when some unit holds several ops (else they already are a device per op)."""
+    graph = simulator.graph
+    rows = unit_placements if graph.num_units == graph.num_nodes else np.take(unit_placements, graph.unit_of, axis=1)
+    result = simulator.simulate_batch(rows, check=False)
     return result.makespan, overflow_bytes(result.peak_memory, simulator.cluster)
 
 
@@ -99,9 +113,11 @@ def _other_device_unit(units: np.ndarray, a: int, rng: np.random.Generator) -> i
 
 
 def local_search_from_best(start_placers: dict[str, Callable[..., np.ndarray]], starts: int = 3,
-                           seconds_per_start: float = 0.8, budget_seconds: float | None = None):
+                           seconds_per_start: float = 0.8, budget_seconds: float | None = None,
+                           quick_starts: Collection[str] = ()):
     """A placer: :func:`refine` from each of the ``starts`` best distinct placements of ``start_placers`` that fit
-    in memory (:func:`~baselines.starts.ranked_starts`), keeping the best result.
+    in memory (:func:`~baselines.starts.ranked_starts`; on a graph of more than
+    :data:`~baselines.starts.LARGE_GRAPH_OPS` ops only those named in ``quick_starts`` run), keeping the best result.
 
     By default each refinement stops after its default rounds or ``seconds_per_start`` seconds (which only graphs
     of a few thousand ops reach), so that a 2,000-op graph is placed in a few seconds. With ``budget_seconds``,
@@ -116,7 +132,7 @@ def local_search_from_best(start_placers: dict[str, Callable[..., np.ndarray]], 
             return refine(graph, cluster, placement, seed=seed, max_rounds=2**62, patience=2**62,
                           time_budget=seconds)
 
-        return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds)
+        return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds, quick_starts)
 
     placer.__name__ = "local_search"
     placer.__doc__ = (f"the {starts} best of {', '.join(start_placers)} refined by moves and swaps of units "

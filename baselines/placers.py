@@ -36,6 +36,8 @@ CONSTRUCTIVE: dict[str, Placer] = {  # each placement checked, and if need be re
 }
 # where the local search starts: the fast placers that build with the graph's structure in mind
 SEARCH_STARTS = ("single", "m-topo", "m-etf", "heft", "metis", "critical-path", "split")
+# the starts of about linear time, the only ones a search runs on a graph of more than LARGE_GRAPH_OPS ops
+QUICK_STARTS = ("single", "m-topo")
 
 
 def search_placers(budget_seconds: float | None = None) -> dict[str, Placer]:
@@ -44,8 +46,10 @@ def search_placers(budget_seconds: float | None = None) -> dict[str, Placer]:
     if budget_seconds is not None and not 0 < budget_seconds < float("inf"):
         raise ValueError(f"a search budget must be positive and finite seconds, got {budget_seconds!r}")
     starts = {name: CONSTRUCTIVE[name] for name in SEARCH_STARTS}
-    return {"local-search": within_memory(local_search_from_best(starts, budget_seconds=budget_seconds)),
-            "anneal": within_memory(anneal_from_best(starts, budget_seconds or ANNEAL_SECONDS))}
+    return {"local-search": within_memory(local_search_from_best(starts, budget_seconds=budget_seconds,
+                                                                 quick_starts=QUICK_STARTS)),
+            "anneal": within_memory(anneal_from_best(starts, budget_seconds or ANNEAL_SECONDS,
+                                                     quick_starts=QUICK_STARTS))}
 
 
 def placers_with_budget(budget_seconds: float | None) -> dict[str, Placer]:

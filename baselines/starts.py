@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -14,23 +14,42 @@ from placement_env.sim.simulator import Simulator, check_placement
 
 from .memory import PlacementInfeasibleError
 
+LARGE_GRAPH_OPS = 200_000  # beyond this many ops, a search starts only from its quick start placers
+START_TIME_RATIO = 10  # a start placer may take this many times as long as another one on the same graph
+
 
 def ranked_starts(graph: ComputationGraph, cluster: Cluster, start_placers: dict[str, Callable[..., np.ndarray]],
-                  seed: int = 0) -> tuple[list[tuple[float, str, np.ndarray]], float]:
+                  seed: int = 0, budget_seconds: float | None = None,
+                  quick: Collection[str] = ()) -> tuple[list[tuple[float, str, np.ndarray]], float]:
     """``([(makespan s, placer, placement), ...] fastest first, seconds spent)``: the distinct placements of
-    ``start_placers`` that the simulator finds within memory. Raises the last placer's
-    :class:`~baselines.memory.PlacementInfeasibleError` when none fits."""
+    ``start_placers`` that the simulator finds within memory, the placers run in their order.
+
+    With ``budget_seconds`` (the whole search's), placers run until one fits; a further one begins only when it
+    is expected to end within half of the budget, expected to take up to :data:`START_TIME_RATIO` times as long as
+    the longest placer so far (their times differ by up to that ratio on one graph: HEFT 43 s, m-TOPO 4.6 s on a
+    million-op chain, ``docs/placers.md``). On a graph of more than :data:`LARGE_GRAPH_OPS` ops, only the
+    placers named in ``quick`` (those of about linear time) run, when ``quick`` names any of ``start_placers``.
+    Raises the last placer's :class:`~baselines.memory.PlacementInfeasibleError` when none fits."""
     began = time.perf_counter()
+    if graph.num_nodes > LARGE_GRAPH_OPS and any(name in start_placers for name in quick):
+        start_placers = {name: start for name, start in start_placers.items() if name in quick}
     simulator = Simulator(graph, cluster)
     found: list[tuple[float, str, np.ndarray]] = []
     reason = PlacementInfeasibleError(f"no start placer found a placement of graph {graph.name!r} within memory")
+    longest = 0.0
     for name, start in start_placers.items():
+        placer_began = time.perf_counter()
+        if (found and budget_seconds is not None
+                and placer_began - began + START_TIME_RATIO * longest > budget_seconds / 2):
+            break
         try:
             placement = start(graph, cluster, seed)
         except PlacementInfeasibleError as error:
             reason = error
+            longest = max(longest, time.perf_counter() - placer_began)
             continue
         makespan, peak, _ = simulator.run(check_placement(graph, placement, cluster))
+        longest = max(longest, time.perf_counter() - placer_began)
         if np.all(peak <= cluster.memory) and not any(np.array_equal(placement, p) for _, _, p in found):
             found.append((makespan, name, placement))
     if not found:
@@ -41,12 +60,21 @@ def ranked_starts(graph: ComputationGraph, cluster: Cluster, start_placers: dict
 
 def best_of_starts(graph: ComputationGraph, cluster: Cluster, seed: int,
                    start_placers: dict[str, Callable[..., np.ndarray]], starts: int,
-                   search: Callable[[np.ndarray, float | None], Any], budget_seconds: float | None) -> np.ndarray:
+                   search: Callable[[np.ndarray, float | None], Any], budget_seconds: float | None,
+                   quick: Collection[str] = ()) -> np.ndarray:
     """Run ``search(placement, seconds)`` from each of the ``starts`` fastest placements of ``start_placers`` that
-    fit; return the placement of the best result (least ``overflow``, then ``makespan``). With ``budget_seconds``,
-    what the start placers leave of it is shared equally (``seconds``); without, ``seconds`` is None."""
-    found, spent = ranked_starts(graph, cluster, start_placers, seed)
+    fit (:func:`ranked_starts`, given ``budget_seconds`` and ``quick``); return the placement of the best result
+    (least ``overflow``, then ``makespan``). With ``budget_seconds``, each search gets an equal part of what is left
+    of it when the search begins (``seconds``, zero when the start placers used it all); without, ``seconds`` is
+    None."""
+    began = time.perf_counter()
+    found, _ = ranked_starts(graph, cluster, start_placers, seed, budget_seconds, quick)
     chosen = found[:starts]
-    share = None if budget_seconds is None else max(0.0, budget_seconds - spent) / len(chosen)
-    results = [search(placement, share) for _, _, placement in chosen]
+    results = []
+    for i, (_, _, placement) in enumerate(chosen):
+        share = None
+        if budget_seconds is not None:  # what is left, shared by the searches still to run
+            left = budget_seconds - (time.perf_counter() - began)
+            share = max(0.0, left) / (len(chosen) - i)
+        results.append(search(placement, share))
     return min(results, key=lambda r: (r.overflow, r.makespan)).placement

@@ -39,7 +39,7 @@ from agents.policies.network import PlacementNetwork
 from baselines.anneal import anneal_units
 from baselines.memory import PlacementInfeasibleError
 from baselines.memory_repair import repair_memory
-from baselines.placers import CONSTRUCTIVE, SEARCH_STARTS
+from baselines.placers import CONSTRUCTIVE, QUICK_STARTS, SEARCH_STARTS
 from baselines.starts import ranked_starts
 from placement_env.checks import checked_count, checked_finite
 from placement_env.cli import Terminated
@@ -99,11 +99,13 @@ def load_placement_policy(policy: Any = None) -> PlacementNetwork:
 
 def classical_starts(graph: ComputationGraph, cluster: Cluster, seed: int) -> list[np.ndarray]:
     """The unit placements of the fast placers the ``anneal`` placer starts from that fit in memory, fastest first
-    (computed once per graph, cluster and seed; none when none fits)."""
+    (computed once per graph, cluster and seed; none when none fits; on a graph of more than
+    :data:`~baselines.starts.LARGE_GRAPH_OPS` ops, only the quick ones, as the ``anneal`` placer's)."""
     key = f"classical_starts:{seed}:{json.dumps(cluster.to_dict())}"
     if key not in graph.derived:
         try:
-            found, _ = ranked_starts(graph, cluster, {name: CONSTRUCTIVE[name] for name in SEARCH_STARTS}, seed)
+            found, _ = ranked_starts(graph, cluster, {name: CONSTRUCTIVE[name] for name in SEARCH_STARTS}, seed,
+                                     quick=QUICK_STARTS)
         except PlacementInfeasibleError:
             found = []
         graph.derived[key] = [graph.unit_placement(placement) for _, _, placement in found]

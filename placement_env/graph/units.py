@@ -81,13 +81,25 @@ def _scaled(x: np.ndarray) -> np.ndarray:
     return x / top if top > 0 else np.zeros_like(x)
 
 
+def unit_edges(graph: ComputationGraph) -> np.ndarray:
+    """The unit graph's edges, a (2, E) int64 array sorted by (source, target), without self-loops or duplicates,
+    computed once per graph object and without the features (a second on a million-op graph, where
+    :func:`unit_graph` takes several)."""
+    cached = graph.derived.get("unit_edges")
+    if cached is None:
+        nu = graph.num_units
+        us, ud = graph.unit_of[graph.edge_src], graph.unit_of[graph.edge_dst]
+        keep = us != ud
+        pairs = np.unique(us[keep] * nu + ud[keep])
+        cached = graph.derived["unit_edges"] = np.stack([pairs // nu, pairs % nu]).astype(np.int64)
+        cached.setflags(write=False)
+    return cached
+
+
 def _build(graph: ComputationGraph) -> UnitGraph:
     nu = graph.num_units
     unit = graph.unit_of
-    us, ud = unit[graph.edge_src], unit[graph.edge_dst]
-    keep = us != ud
-    pairs = np.unique(us[keep] * nu + ud[keep])
-    edges = np.stack([pairs // nu, pairs % nu]).astype(np.int64)
+    edges = unit_edges(graph)
 
     categories = np.array([op_category(op) for op in graph.ops], dtype=np.int64)
     ncat = len(CATEGORY_NAMES)
@@ -119,6 +131,6 @@ def _build(graph: ComputationGraph) -> UnitGraph:
     first_topo = np.full(nu, graph.num_nodes, dtype=np.int64)
     np.minimum.at(first_topo, unit, graph.topo_index)
     order = np.argsort(first_topo, kind="stable")
-    for arr in (edges, static, order):
+    for arr in (static, order):
         arr.setflags(write=False)
     return UnitGraph(nu, unit, edges, static, order, tuple(graph.unit_names()))
