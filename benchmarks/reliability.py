@@ -3,6 +3,7 @@
     python benchmarks/reliability.py lock [--trials 40]       # contenders starting together: double holders?
     python benchmarks/reliability.py workers [--workers 64]   # two pretraining jobs with --workers 64: peak memory
     python benchmarks/reliability.py kill [--ray]             # SIGKILL / SIGTERM the driver: processes left after 5 s
+    python benchmarks/reliability.py loading                  # hostile small files: refused how fast, in how much
 
 ``lock``: in each trial four processes start within a millisecond of each other on one output folder (fresh, or
 with a lock file left by a process that no longer runs) and each holds :class:`agents.training.lock.OutputLock`
@@ -10,18 +11,24 @@ for 0.3 s if it gets it; a trial fails when two holders' times overlap. ``worker
 resident memory (driver and workers, polled every 0.1 s with psutil) and its largest number of processes.
 ``kill``: ``python -m agents.experiments table6 --quick`` with two workers (or on Ray), stopped once its workers
 are busy; every process it started is counted at the kill and 5 s later (zombies not counted), and the files of
-``--out`` are compared 2 s after that.
+``--out`` are compared 2 s after that. ``loading``: the issue's three small files, each given to the command a
+user would run (``python -m agents.place --policy``, ``python -m baselines --graph``): a 325 KB policy whose
+``checkpoint.json`` declares ``hidden_dim`` 8192 and ``num_layers`` 8 (the shipped policy's weights), a 2 MB zip
+whose ``policy.pt`` expands to 2 GiB, a 1 MB ``.json.gz`` of 1 GiB of whitespace; for each, the exit status, the
+stderr lines, the seconds and the peak memory of the process.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import psutil
@@ -71,20 +78,59 @@ def tree_memory(process: psutil.Process) -> tuple[int, int]:
     return total, count
 
 
+def tree_peak(command: list[str]) -> tuple[int, int, float, int, str]:
+    """Run ``command``: ``(peak resident bytes of its process tree, most processes, seconds, exit status,
+    stderr)``, the tree polled every 0.1 s."""
+    began = time.perf_counter()
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        handle, peak, most = psutil.Process(proc.pid), 0, 0
+        while proc.poll() is None:
+            memory, count = tree_memory(handle)
+            peak, most = max(peak, memory), max(most, count)
+            time.sleep(0.1)
+        err.seek(0)
+        return peak, most, time.perf_counter() - began, proc.returncode, err.read()
+
+
 def workers_peak(workers: int, out: Path) -> tuple[int, int, float]:
     """Two pretraining expert jobs with ``--workers``: ``(peak bytes, most processes, seconds)``."""
     command = [sys.executable, "-m", "agents.pretrain", "--suites", "cifar10", "--seeds", "1", "--devices", "2", "3",
                "--expert-steps", "20", "--epochs", "1", "--rounds", "0", "--workers", str(workers), "--out", str(out)]
-    began = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    handle, peak, most = psutil.Process(proc.pid), 0, 0
-    while proc.poll() is None:
-        memory, count = tree_memory(handle)
-        peak, most = max(peak, memory), max(most, count)
-        time.sleep(0.1)
-    if proc.returncode != 0:
-        raise SystemExit(f"the pretraining failed: {proc.stderr.read() if proc.stderr else ''}")
-    return peak, most, time.perf_counter() - began
+    peak, most, seconds, status, err = tree_peak(command)
+    if status != 0:
+        raise SystemExit(f"the pretraining failed: {err}")
+    return peak, most, seconds
+
+
+def hostile_files(root: Path) -> dict[str, list[str]]:
+    """The three small files and the command each is given to (name -> command)."""
+    shipped = ROOT / "agents" / "learned" / "pretrained" / "policy.zip"
+    with zipfile.ZipFile(shipped) as z:
+        meta = json.loads(z.read("checkpoint.json"))
+        weights = z.read("policy.pt")
+    meta["policy"]["encoder_kwargs"] = {"hidden_dim": 8192, "num_layers": 8}
+    wide = root / "wide.zip"
+    with zipfile.ZipFile(wide, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("checkpoint.json", json.dumps(meta))
+        z.writestr("policy.pt", weights)
+    bomb = root / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("checkpoint.json", json.dumps(json.loads(zipfile.ZipFile(shipped).read("checkpoint.json"))))
+        with z.open("policy.pt", "w", force_zip64=True) as member:
+            block = bytes(2**24)
+            for _ in range(2**31 // len(block)):
+                member.write(block)
+    spaces = root / "spaces.json.gz"
+    with gzip.open(spaces, "wb", compresslevel=9) as f:
+        block = b" " * 2**24
+        for _ in range(2**30 // len(block)):
+            f.write(block)
+    place = [sys.executable, "-m", "agents.place", "--graph", "default", "--devices", "3", "--policy"]
+    return {f"policy declaring hidden_dim 8192, num_layers 8 ({wide.stat().st_size / 1e3:.0f} KB)": place + [str(wide)],
+            f"zip whose policy.pt expands to 2 GiB ({bomb.stat().st_size / 1e6:.1f} MB)": place + [str(bomb)],
+            f"gzip of 1 GiB of whitespace ({spaces.stat().st_size / 1e6:.1f} MB)":
+                [sys.executable, "-m", "baselines", "--graph", str(spaces), "--devices", "3"]}
 
 
 def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
@@ -136,7 +182,7 @@ def kill_driver(how: signal.Signals, ray: bool, out: Path) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["lock", "workers", "kill"])
+    parser.add_argument("what", choices=["lock", "workers", "kill", "loading"])
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--workers", type=int, default=64)
     parser.add_argument("--ray", action="store_true", help="kill: the experiment on Ray instead of --workers 2")
@@ -153,6 +199,12 @@ def main() -> int:
             peak, most, seconds = workers_peak(args.workers, root / "out")
             print(f"pretraining, 2 expert jobs, --workers {args.workers}: peak {peak / 2**30:.2f} GiB over the "
                   f"process tree, at most {most} processes, {seconds:.1f} s")
+        elif args.what == "loading":
+            for name, command in hostile_files(root).items():
+                peak, _, seconds, status, err = tree_peak(command)
+                lines = err.strip().splitlines()
+                print(f"{name}: exit {status} in {seconds:.1f} s, peak {peak / 2**30:.2f} GiB, {len(lines)} stderr "
+                      f"line(s): {lines[-1] if lines else ''}")
         else:
             for how in (signal.SIGTERM, signal.SIGKILL):
                 print(kill_driver(how, args.ray, root / f"out-{how.name}"))

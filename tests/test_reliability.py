@@ -304,3 +304,46 @@ def test_a_policy_whose_settings_have_the_wrong_type_is_one_error(tmp_path, chan
     assert agents.place.main(["--graph", "default", "--devices", "2", "--policy", str(path), "--zero-shot"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
+
+
+REAPED_DRIVER = """import subprocess, sys, time
+from agents.jobs.reaper import start_reaper
+start_reaper(every=0.1)
+time.sleep(0.5)
+# a child in a session of its own, with a child of its own, as Ray's node processes are
+child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                          "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                          "print(g.pid, flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+print(child.pid, child.stdout.readline().strip(), flush=True)
+time.sleep(60)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the reaper reads /proc")
+def test_the_reaper_ends_the_descendants_of_a_killed_driver_and_nothing_else():
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    driver = subprocess.Popen([sys.executable, "-c", REAPED_DRIVER], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[1])
+    try:
+        child, grandchild = (int(x) for x in driver.stdout.readline().split())
+        time.sleep(0.5)  # the reaper has seen them
+        assert _running(child) and _running(grandchild)
+        driver.kill()
+        driver.wait()
+        deadline = time.monotonic() + 5
+        while (_running(child) or _running(grandchild)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(child) and not _running(grandchild)
+        assert bystander.poll() is None  # not a descendant of the driver: left alone
+    finally:
+        bystander.kill()
+        driver.kill()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .job import RAY_LOCAL, Describe, Failure, Job, OnDone, Outcome
 from .progress import JobsProgress
+from .reaper import start_reaper
 from .workers import JobRunner, importable, prepare_worker
 
 
@@ -18,7 +20,7 @@ def _ray_call(function: Callable[..., Any], args: tuple, cpus: float) -> Any:
 class RayTasks(JobRunner):
     """Every job a Ray task asking for ``fanout.cpus_per_run`` CPUs, retried ``fanout.max_retries`` times when its
     worker dies; Ray is started here (``ray="local"``, ``workers`` CPUs unless 1) or joined, and shut down at the
-    end if started here."""
+    end if started here (a local instance's processes also when this process is killed: :mod:`agents.jobs.reaper`)."""
 
     def __enter__(self) -> RayTasks:
         import logging
@@ -27,9 +29,11 @@ class RayTasks(JobRunner):
 
         self.started_here = False
         self.dashboard: str | None = None
+        self.reaper: subprocess.Popen | None = None
         if not ray.is_initialized():
             if self.fanout.ray == RAY_LOCAL:
                 cpus = None if self.fanout.workers == 1 else self.fanout.workers
+                self.reaper = start_reaper()  # Ray's processes end with this one, even when it is killed
                 context = ray.init(num_cpus=cpus, logging_level=logging.WARNING)
             else:
                 context = ray.init(address=self.fanout.ray, logging_level=logging.WARNING)
@@ -46,6 +50,9 @@ class RayTasks(JobRunner):
 
         if self.started_here:
             ray.shutdown()
+        if self.reaper is not None:
+            self.reaper.terminate()
+            self.reaper.wait()
 
     def run(self, jobs: Sequence[Job], on_done: OnDone, describe: Describe,
             progress: JobsProgress) -> dict[str, Outcome]:
