@@ -1,10 +1,12 @@
-"""``python -m placement_env``: simulate a placement, list the shipped graphs, or print the suites' table 1.
+"""``python -m placement_env``: simulate or export a placement, list the shipped graphs, or print table 1.
 
 Examples::
 
     python -m placement_env simulate --graph default --placement p.json --devices 3
     python -m placement_env simulate --graph g.json.gz --placement p.json --cluster c.json --json
     python -m placement_env simulate --graph default --placement p.json --devices 3 --trace step.json
+    python -m placement_env export --graph model.json.gz --placement p.json --format device-map
+    python -m placement_env export --graph model.json.gz --placement p.json --format split-points --out stages.json
     python -m placement_env graphs
     python -m placement_env table1
 """
@@ -15,8 +17,16 @@ import argparse
 import json
 import sys
 
-from placement_env.cli import OneLineParser, add_graph_and_cluster_args, graph_and_cluster_from_args, run_cli
+from placement_env.cli import (
+    OneLineParser,
+    add_graph_and_cluster_args,
+    check_output_paths,
+    graph_and_cluster_from_args,
+    run_cli,
+)
 from placement_env.graph.placement_io import read_placement
+from placement_env.json_files import write_text_atomically
+from placement_env.runtime import to_device_map, to_split_points
 from placement_env.sim.chrome_trace import write_chrome_trace
 from placement_env.sim.simulator import checked_param_factor, simulate
 from placement_env.zoo.registry import REAL_MODELS, REAL_MODELS_DIR, SUITES, list_graphs, load_graph
@@ -36,6 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--trace", metavar="FILE",
                      help="also write the schedule and each device's memory over time as a Chrome trace "
                           "(.json or .json.gz; open it in https://ui.perfetto.dev or chrome://tracing)")
+    export = sub.add_parser("export", help="a placement of a graph with module names as a runtime takes it: "
+                                           "accelerate's device_map or pipeline split points (JSON)")
+    export.add_argument("--graph", required=True, help="a graph file imported by from_torch (it has module names)")
+    export.add_argument("--placement", required=True, metavar="FILE", help="the placement file")
+    export.add_argument("--format", required=True, choices=EXPORT_FORMATS,
+                        help="device-map: {module: device} for accelerate.dispatch_model; split-points: the stages' "
+                             "devices, split_spec for torch.distributed.pipelining, DeepSpeed's layers and parts")
+    export.add_argument("--out", metavar="FILE", help="write the JSON there (default: standard output)")
     sub.add_parser("graphs", help="list the shipped graphs with their sizes")
     sub.add_parser("table1", help="the benchmark suites' structure in the layout of the paper's table 1")
     return parser
@@ -65,8 +83,28 @@ def list_shipped() -> None:
         print(f"suite {suite:<10} {len(members)} graphs: {', '.join(members[:2])} .. {members[-1]}")
 
 
+EXPORT_FORMATS = ("device-map", "split-points")
+
+
+def export(args: argparse.Namespace) -> int:
+    """``export``: the placement in ``args.format``, as JSON on stdout or in ``args.out`` (written whole)."""
+    check_output_paths(args.out)
+    graph = load_graph(args.graph)
+    placement = read_placement(args.placement, graph)
+    exported = (to_device_map(graph, placement) if args.format == "device-map"
+                else to_split_points(graph, placement).to_dict())
+    text = json.dumps(exported, indent=1)
+    if args.out:
+        write_text_atomically(args.out, text + "\n")
+    else:
+        print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "export":
+        return export(args)
     if args.command == "graphs":
         list_shipped()
         return 0

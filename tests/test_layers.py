@@ -3,11 +3,12 @@
 The layers, bottom to top (the data path: graph -> simulator -> placers -> environments -> encoders ->
 policies -> training -> the command line):
 
-0. ``placement_env.checks``, ``placement_env.json_files``: validators and files;
+0. ``placement_env.checks``, ``placement_env.json_files``, ``placement_env.lazy_names``: validators, files and
+   names imported on first use;
 1. ``placement_env.cluster``;
 2. ``placement_env.graph``;
 3. ``placement_env.sim``;
-4. ``placement_env.importers``;
+4. ``placement_env.importers`` and ``placement_env.runtime`` (a model in, placements out);
 5. ``placement_env.zoo``;
 6. ``placement_env.cli``;
 7. ``baselines``;
@@ -41,11 +42,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("placement_env", "baselines", "graph_encoders", "agents")
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("placement_env.checks", "placement_env.json_files"),
+    ("placement_env.checks", "placement_env.json_files", "placement_env.lazy_names"),
     ("placement_env.cluster",),
     ("placement_env.graph",),
     ("placement_env.sim",),
-    ("placement_env.importers",),
+    ("placement_env.importers", "placement_env.runtime"),
     ("placement_env.zoo",),
     ("placement_env.cli",),
     ("baselines",),

@@ -40,6 +40,9 @@ class Node:
         colocation: nodes with the same value must be placed on one device.
         flops: floating-point operations (informative; ``cost`` is what is simulated).
         phase: ``forward``, ``backward`` or ``update`` (informative).
+        module: qualified name of the ``nn.Module`` the op came from (``layers.3.mlp``; ``""`` the model
+            itself), where the graph was imported from a model (:func:`~placement_env.importers.pytorch.from_torch`);
+            what a placement is exported by (:mod:`placement_env.runtime`).
     """
 
     id: str
@@ -50,6 +53,7 @@ class Node:
     colocation: str | None = None
     flops: float | None = None
     phase: str | None = None
+    module: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,8 @@ class ComputationGraph:
                 raise ValueError(f"node {node.id!r}: phase must be one of {PHASES}, got {node.phase!r}")
             if node.colocation is not None and not isinstance(node.colocation, str):
                 raise ValueError(f"node {node.id!r}: colocation must be a string, got {node.colocation!r}")
+            if node.module is not None and not isinstance(node.module, str):
+                raise ValueError(f"node {node.id!r}: module must be a string, got {node.module!r}")
         self.nodes: tuple[Node, ...] = tuple(nodes)
         self._index = index
 
@@ -372,6 +378,7 @@ class ComputationGraph:
                     colocation=attrs.get("colocation"),
                     flops=attrs.get("flops"),
                     phase=attrs.get("phase"),
+                    module=attrs.get("module"),
                 )
             )
         edges = [Edge(str(s), str(d), attrs.get("bytes")) for s, d, attrs in g.edges(data=True)]

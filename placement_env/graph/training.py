@@ -51,7 +51,7 @@ def to_training_graph(forward: ComputationGraph, name: str | None = None) -> Com
         grad_id.append(fresh(node.id + GRAD_SUFFIX, ids))
 
     ptr, preds, _ = forward.predecessors
-    nodes = [Node(n.id, n.op, n.cost, n.output_bytes, n.param_bytes, group_of[i], n.flops, "forward")
+    nodes = [Node(n.id, n.op, n.cost, n.output_bytes, n.param_bytes, group_of[i], n.flops, "forward", n.module)
              for i, n in enumerate(forward.nodes)]
     backward = []
     for i in reversed(range(forward.num_nodes)):
@@ -60,7 +60,7 @@ def to_training_graph(forward: ComputationGraph, name: str | None = None) -> Com
         in_grad_bytes = sum(forward.nodes[int(u)].output_bytes for u in preds[ptr[i]:ptr[i + 1]])
         flops = None if n.flops is None else n.flops * factor
         backward.append(Node(grad_id[i], n.op + GRAD_SUFFIX, n.cost * factor, in_grad_bytes, 0, group_of[i], flops,
-                             "backward"))
+                             "backward", n.module))
     nodes += backward
 
     edges = list(forward.edges())

@@ -41,10 +41,9 @@ import operator
 import statistics
 import time
 import warnings
-from collections.abc import Iterator, Sequence
-from copy import deepcopy as copy_module
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
 import torch
 from torch import nn
@@ -52,6 +51,11 @@ from torch import nn
 from placement_env.checks import first_line
 from placement_env.graph.model import ComputationGraph, Edge, Node
 from placement_env.graph.training import to_training_graph
+
+from .module_names import ModuleNames, colocate_by_module
+from .recurrent import LayerwiseRNN, layerwise_recurrent
+
+__all__ = ["LayerwiseRNN", "ROOFLINE_DEVICES", "RooflineDevice", "from_torch", "layerwise_recurrent", "trace_model"]
 
 
 @dataclass(frozen=True)
@@ -94,18 +98,32 @@ def _tensor_bytes(value: Any) -> int:
     return 0
 
 
-def _trace(module: nn.Module, example_inputs: tuple) -> tuple[torch.fx.GraphModule, str]:
-    """A GraphModule of ``module`` and the tracer that produced it."""
+def _trace(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[torch.fx.GraphModule, str, list[Any]]:
+    """A GraphModule of ``module``, the tracer that produced it, and the values of its placeholders in order
+    (the leaves of ``(args, kwargs)`` for torch.export; the bound arguments of ``forward`` for torch.fx)."""
     try:
         with _quiet_torch_logs():  # a failed export logs its whole graph; the error below says what failed
-            return torch.export.export(module, example_inputs).module(), "torch.export"
+            gm = torch.export.export(module, args, kwargs).module()
+        import torch.utils._pytree as pytree
+
+        return gm, "torch.export", list(pytree.tree_leaves((args, kwargs)))
     except Exception as export_error:  # noqa: BLE001 - any export failure falls back to fx
         try:
-            return torch.fx.symbolic_trace(module), "torch.fx"
+            gm = torch.fx.symbolic_trace(module)
         except Exception as fx_error:  # noqa: BLE001
             raise ValueError(f"cannot trace module {type(module).__name__}{_user_frame(module, fx_error)}: "
                              f"torch.export failed ({type(export_error).__name__}: {first_line(export_error)}); "
                              f"torch.fx failed ({type(fx_error).__name__}: {first_line(fx_error)})") from None
+        import inspect
+
+        try:
+            bound = inspect.signature(module.forward).bind(*args, **kwargs)
+        except TypeError as error:
+            given = _describe_inputs(args) + "".join(f", {key}=" for key in kwargs)
+            raise ValueError(f"module {type(module).__name__} does not take the example inputs ({given}): "
+                             f"{error}") from None
+        bound.apply_defaults()
+        return gm, "torch.fx", list(bound.arguments.values())
 
 
 def _describe_inputs(inputs: tuple) -> str:
@@ -201,89 +219,56 @@ def _parameter_readers(gm: torch.fx.GraphModule, records: dict[str, dict]) -> di
 
 
 def _parameter_op(key: str, size: int, nodes: list[Node], producers: dict[str, str],
-                  out_bytes: dict[str, int]) -> str:
-    """The id of the ``parameter`` op of shared parameter ``key``, added before its first reader."""
+                  out_bytes: dict[str, int], module: str) -> str:
+    """The id of the ``parameter`` op of shared parameter ``key`` (owned by ``module``), added before its first
+    reader."""
     op_id = f"param:{key}"
     if op_id not in producers:
-        nodes.append(Node(op_id, "parameter", 0.0, size, size, flops=0.0))
+        nodes.append(Node(op_id, "parameter", 0.0, size, size, flops=0.0, module=module))
         producers[op_id] = op_id
         out_bytes[op_id] = size
     return op_id
 
 
-class LayerwiseRNN(nn.Module):
-    """A multi-layer ``nn.LSTM`` / ``nn.GRU`` as one single-layer module per layer: the same weights and outputs,
-    but each layer its own op once traced, so that layers can go to different devices (one LSTM layer per GPU, as
-    in GNMT). Dropout between layers is kept; packed sequences are not supported."""
-
-    def __init__(self, rnn: nn.LSTM | nn.GRU) -> None:
-        super().__init__()
-        self.is_lstm = isinstance(rnn, nn.LSTM)
-        self.directions = 2 if rnn.bidirectional else 1
-        self.num_layers = rnn.num_layers
-        self.dropout = nn.Dropout(rnn.dropout)
-        proj = getattr(rnn, "proj_size", 0)
-        out_size = (proj or rnn.hidden_size) * self.directions
-        self.layers = nn.ModuleList()
-        for k in range(rnn.num_layers):
-            options: dict[str, Any] = {"num_layers": 1, "bias": rnn.bias, "batch_first": rnn.batch_first,
-                                       "bidirectional": rnn.bidirectional}
-            if self.is_lstm and proj:
-                options["proj_size"] = proj
-            layer = type(rnn)(rnn.input_size if k == 0 else out_size, rnn.hidden_size, **options)
-            with torch.no_grad():
-                for pname, param in layer.named_parameters():
-                    param.copy_(getattr(rnn, pname.replace("_l0", f"_l{k}")))
-            self.layers.append(layer)
-
-    def forward(self, x: torch.Tensor, hx: Any = None) -> tuple[torch.Tensor, Any]:
-        d = self.directions
-        hs, cs = [], []
-        for k, layer in enumerate(self.layers):
-            if hx is None:
-                x, state = layer(x)
-            elif self.is_lstm:
-                x, state = layer(x, (hx[0][k * d:(k + 1) * d], hx[1][k * d:(k + 1) * d]))
-            else:
-                x, state = layer(x, hx[k * d:(k + 1) * d])
-            if self.is_lstm:
-                hs.append(state[0])
-                cs.append(state[1])
-            else:
-                hs.append(state)
-            if k < self.num_layers - 1 and self.dropout.p > 0:
-                x = self.dropout(x)
-        h = torch.cat(hs, 0)
-        return (x, (h, torch.cat(cs, 0))) if self.is_lstm else (x, h)
+def trace_model(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor = (),
+                example_kwargs: Mapping[str, Any] | None = None,
+                split_recurrent: bool = True) -> tuple[torch.fx.GraphModule, list[Any], nn.Module]:
+    """How :func:`from_torch` traces: ``(the GraphModule, the values of its placeholders in order, the module
+    traced)``, the module being ``module`` or, with ``split_recurrent``, its copy with one module per recurrent
+    layer (:func:`layerwise_recurrent`). The GraphModule's node names are the ids of the graph's ops. Raises
+    ``ValueError`` for inputs that are not a tensor, a sequence or (as keywords) a mapping, or a module that
+    cannot be traced."""
+    if isinstance(example_inputs, Mapping):
+        raise ValueError(f"example_inputs is a mapping (keys {', '.join(map(repr, list(example_inputs)[:4]))}): "
+                         "pass keyword inputs as example_kwargs=..., positional ones as a tuple")
+    if isinstance(example_inputs, (str, bytes)) or not isinstance(example_inputs, (torch.Tensor, Sequence)):
+        raise ValueError(f"example_inputs must be a tensor or a sequence of inputs, got {example_inputs!r}")
+    if example_kwargs is not None and not isinstance(example_kwargs, Mapping):
+        raise ValueError(f"example_kwargs must be a mapping of keyword inputs, got {type(example_kwargs).__name__}")
+    kwargs = dict(example_kwargs or {})
+    if any(not isinstance(key, str) for key in kwargs):
+        raise ValueError(f"example_kwargs keys must be argument names, got {list(kwargs)!r}")
+    args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    if split_recurrent:
+        module = layerwise_recurrent(module)
+    with warnings.catch_warnings():  # torch.export on RNNs: "_flat_weights ... were assigned during export"
+        warnings.filterwarnings("ignore", message=".*were assigned during export", category=UserWarning)
+        gm, _, inputs = _trace(module, args, kwargs)
+    return gm, inputs, module
 
 
-def layerwise_recurrent(module: nn.Module) -> nn.Module:
-    """``module``, or a copy of it in which every multi-layer ``nn.LSTM`` / ``nn.GRU`` is a :class:`LayerwiseRNN`
-    (the module itself is not changed)."""
-    def multi_layer(m: nn.Module) -> TypeGuard[nn.LSTM | nn.GRU]:
-        return isinstance(m, (nn.LSTM, nn.GRU)) and m.num_layers > 1
-
-    if not any(multi_layer(m) for m in module.modules()):
-        return module
-    if multi_layer(module):
-        return LayerwiseRNN(module).train(module.training)
-    copy = copy_module(module)
-    for child in list(copy.modules()):
-        for attr, sub in list(child.named_children()):
-            if multi_layer(sub):
-                setattr(child, attr, LayerwiseRNN(sub).train(sub.training))
-    return copy
-
-
-def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, *, name: str | None = None,
+def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor = (), *, name: str | None = None,
                device_kind: str = "p100", profile: bool = False, repeats: int = 5,
                training: bool = True, shared_parameters: bool = True,
-               split_recurrent: bool = True) -> ComputationGraph:
+               split_recurrent: bool = True, example_kwargs: Mapping[str, Any] | None = None,
+               colocate_modules: bool | int = False) -> ComputationGraph:
     """The computation graph of ``module`` on ``example_inputs`` (see the module docstring).
 
     Args:
         module: any ``torch.nn.Module`` (put in eval mode for inference statistics).
         example_inputs: a tensor or a tuple of positional inputs; their shapes fix every shape.
+        example_kwargs: keyword inputs (``input_ids=..., attention_mask=...``, as Hugging Face models are
+            called); a dict given as ``example_inputs`` is refused with a pointer here.
         name: the graph's name (default: the module's class name).
         device_kind: the roofline device of :data:`ROOFLINE_DEVICES` for op costs.
         profile: measure op times on this machine instead of the roofline model.
@@ -296,21 +281,28 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
             to it. With ``False`` the first reader holds the parameter and the others read it for free.
         split_recurrent: trace each layer of a multi-layer ``nn.LSTM`` / ``nn.GRU`` as its own op
             (:class:`LayerwiseRNN`), so that its layers can be placed on different devices; ``False``: the whole
-            recurrent module is one op.
+            recurrent module is one op. Each op records the qualified name of the module it came from (node
+            field ``module``: the innermost module of its stack that owns parameters itself, else the innermost;
+            ``""`` outside every submodule; ops inside a split recurrent module are named after it).
+        colocate_modules: ``True``: every op of one recorded submodule in one colocation group (merged with the
+            groups views already form with what they alias), so that any placement is a module placement (the
+            model's own glue ops, module ``""``, stay single ops);
+            an int ``d`` >= 1: the same for module names cut to their first ``d`` parts (``layers.3``);
+            ``False`` (the default): ops are placed one by one.
+
+    Raises:
+        ValueError: an unknown device kind, bad ``repeats`` or ``colocate_modules``, inputs that are not a
+            tensor, a sequence or (as keywords) a mapping, or a module that cannot be traced or run on them.
     """
     if device_kind not in ROOFLINE_DEVICES:
         raise ValueError(f"unknown device kind {device_kind!r}; known: {', '.join(ROOFLINE_DEVICES)}")
     if profile and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
-    if isinstance(example_inputs, (str, bytes)):
-        raise ValueError(f"example_inputs must be a tensor or a sequence of inputs, got {example_inputs!r}")
-    inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    if split_recurrent:
-        name = name or type(module).__name__
-        module = layerwise_recurrent(module)
-    with warnings.catch_warnings():  # torch.export on RNNs: "_flat_weights ... were assigned during export"
-        warnings.filterwarnings("ignore", message=".*were assigned during export", category=UserWarning)
-        gm, _ = _trace(module, inputs)
+    if not (isinstance(colocate_modules, bool)
+            or (isinstance(colocate_modules, int) and colocate_modules >= 1)):
+        raise ValueError(f"colocate_modules must be True, False or a depth >= 1, got {colocate_modules!r}")
+    name = name or type(module).__name__
+    gm, inputs, module = trace_model(module, example_inputs, example_kwargs, split_recurrent)
     recorder = _Recorder(gm, profile, repeats)
     try:
         with torch.no_grad(), _quiet_torch_logs():  # a failing fake-tensor op logs a traceback of torch's own
@@ -323,7 +315,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
                     recorder.run(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs])
     except Exception as error:  # noqa: BLE001 - whatever the module raised on these inputs
         raise ValueError(f"module {type(module).__name__} does not run on example inputs "
-                         f"({_describe_inputs(inputs)}): {type(error).__name__}: {first_line(error)}") from None
+                         f"({_describe_inputs(tuple(inputs))}): {type(error).__name__}: {first_line(error)}") from None
     roof = ROOFLINE_DEVICES[device_kind]
 
     params = {}
@@ -336,6 +328,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
     nodes: list[Node] = []
     edges: list[Edge] = []
     readers = _parameter_readers(gm, recorder.records)
+    modules = ModuleNames.of(module)
     shared = {key for key, count in readers.items() if count > 1 and key in params} if shared_parameters else set()
     for n in gm.graph.nodes:
         if n.op == "placeholder":
@@ -357,7 +350,8 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
         shared_reads = []
         for key in owned:
             if key in shared:
-                shared_reads.append(_parameter_op(key, params[key], nodes, producers, out_bytes))
+                shared_reads.append(_parameter_op(key, params[key], nodes, producers, out_bytes,
+                                                  modules.of_parameter(key)))
             elif key in params and key not in charged:
                 charged.add(key)
                 param_b += params[key]
@@ -376,7 +370,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
             coloc = group.setdefault(source, f"{source}/alias")
             group[n.name] = coloc
         nodes.append(Node(n.name, op, float(cost), int(record["output_bytes"]), int(param_b), coloc,
-                          float(record["flops"])))
+                          float(record["flops"]), module=modules.of_node(n)))
         producers[n.name] = n.name
         out_bytes[n.name] = record["output_bytes"]
         seen = set()
@@ -385,7 +379,9 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor, 
                 seen.add(source)
                 edges.append(Edge(source, n.name))
     # an op whose group was created after it was added (its first aliasing consumer came later) joins it
-    nodes = [Node(x.id, x.op, x.cost, x.output_bytes, x.param_bytes, group.get(x.id, x.colocation), x.flops)
-             for x in nodes]
+    nodes = [Node(x.id, x.op, x.cost, x.output_bytes, x.param_bytes, group.get(x.id, x.colocation), x.flops,
+                  module=x.module) for x in nodes]
+    if colocate_modules is not False:
+        nodes = colocate_by_module(nodes, None if colocate_modules is True else colocate_modules)
     graph = ComputationGraph(nodes, edges, name=name or type(module).__name__)
     return to_training_graph(graph, name=graph.name) if training else graph

@@ -1,0 +1,82 @@
+"""The module each traced op came from, and placement units of whole modules (for
+:func:`~placement_env.importers.pytorch.from_torch`; the names are what :mod:`placement_env.runtime` exports)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from placement_env.graph.model import Node
+
+from .recurrent import LayerwiseRNN
+
+
+@dataclass(frozen=True)
+class ModuleNames:
+    """What names an op's module: the modules owning parameters themselves, and the :class:`LayerwiseRNN` paths
+    (an op inside one is named after it, the recurrent module of the user's model)."""
+
+    owners: frozenset[str]
+    collapsed: tuple[str, ...]
+
+    @classmethod
+    def of(cls, module: nn.Module) -> ModuleNames:
+        owners = frozenset(name for name, m in module.named_modules()
+                           if next(m.parameters(recurse=False), None) is not None)
+        return cls(owners, tuple(name for name, m in module.named_modules() if isinstance(m, LayerwiseRNN)))
+
+    def collapse(self, name: str) -> str:
+        for path in self.collapsed:
+            if name == path or name.startswith(f"{path}.") or path == "":
+                return path
+        return name
+
+    def of_node(self, n: torch.fx.Node) -> str:
+        """The innermost module of ``n``'s module stack that owns parameters itself, else the innermost module
+        (``""``, the model itself, for an op outside every submodule)."""
+        names = [str(value[0]) for value in (n.meta.get("nn_module_stack") or {}).values()]
+        if n.op == "call_module" and (not names or names[-1] != str(n.target)):
+            names.append(str(n.target))
+        names = [self.collapse(name) for name in names if name != ""]
+        owning = [name for name in names if name in self.owners]
+        return owning[-1] if owning else names[-1] if names else ""
+
+    def of_parameter(self, key: str) -> str:
+        """The module owning parameter ``key`` (``layers.0.weight`` -> ``layers.0``)."""
+        return self.collapse(key.rpartition(".")[0])
+
+
+def colocate_by_module(nodes: list[Node], depth: int | None) -> list[Node]:
+    """``nodes`` with every op of one submodule (its name cut to ``depth`` parts; None: whole) in one colocation
+    group, merged with the groups the ops were already in (views stay with what they alias). Ops of the model
+    itself (module ``""``: the glue between submodules) and inputs stay units of their own."""
+    parent = list(range(len(nodes)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        keys = [] if node.colocation is None else [f"group:{node.colocation}"]
+        if node.module:
+            name = node.module if depth is None else ".".join(node.module.split(".")[:depth])
+            keys.append(f"module:{name}")
+        for key in keys:
+            j = first.setdefault(key, i)
+            parent[find(i)] = find(j)
+    names: dict[int, str] = {}
+    for i, node in enumerate(nodes):
+        if node.module:
+            name = node.module if depth is None else ".".join(node.module.split(".")[:depth])
+            names.setdefault(find(i), f"module:{name}")
+    out = []
+    for i, node in enumerate(nodes):
+        group = names.get(find(i), node.colocation)
+        out.append(Node(node.id, node.op, node.cost, node.output_bytes, node.param_bytes, group, node.flops,
+                        node.phase, node.module))
+    return out

@@ -1,0 +1,24 @@
+"""Placements that leave the simulator: run for real, or exported to the runtimes people use.
+
+* :func:`~placement_env.runtime.placed_program.placed_module`: the model as a ``torch.fx.GraphModule`` running
+  every op on its device, copying tensors where the simulator transfers them (loads torch on first use);
+* :func:`~placement_env.runtime.device_map.to_device_map`: Hugging Face accelerate's ``device_map``;
+* :func:`~placement_env.runtime.split_points.to_split_points`: pipeline stages for
+  ``torch.distributed.pipelining`` and DeepSpeed.
+
+They read the module names :func:`~placement_env.importers.pytorch.from_torch` records (node field ``module``).
+"""
+
+from typing import TYPE_CHECKING
+
+from placement_env.lazy_names import lazy_attributes
+from placement_env.runtime.device_map import to_device_map
+from placement_env.runtime.split_points import SplitPoints, to_split_points
+
+if TYPE_CHECKING:
+    from placement_env.runtime.placed_program import placed_module
+else:  # torch loads when placed_module is first used
+    __getattr__ = lazy_attributes("placement_env.runtime", {"placed_module": "placement_env.runtime.placed_program"},
+                                  globals())
+
+__all__ = ["SplitPoints", "placed_module", "to_device_map", "to_split_points"]

@@ -1,0 +1,88 @@
+"""The modules a placement puts where: what :func:`~placement_env.runtime.device_map.to_device_map` and
+:func:`~placement_env.runtime.split_points.to_split_points` read from a graph that knows its modules.
+
+A graph imported by :func:`~placement_env.importers.pytorch.from_torch` records for each op the qualified name
+of its module (node field ``module``; ``""`` is the model itself, ``None`` an input). :class:`PlacedModules`
+gathers, for a placement, the devices of each module's own ops, the names of all modules and their ancestors,
+and the order modules first appear in (the order of the graph's ops, which is the traced program's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from placement_env.checks import checked_instance
+from placement_env.graph.model import ComputationGraph
+
+
+def checked_device_placement(graph: ComputationGraph, placement: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``placement`` as an int64 array of one device index (>= 0) per op of ``graph``; raises ``ValueError``
+    naming the wrong length or the first op whose entry is not a device index."""
+    checked_instance("graph", graph, ComputationGraph)
+    values = list(placement.tolist() if isinstance(placement, np.ndarray) else placement)
+    if len(values) != graph.num_nodes:
+        raise ValueError(f"placement has {len(values)} entries, graph {graph.name!r} has {graph.num_nodes} ops")
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"placement entry {i} (op {graph.nodes[i].id!r}) is {value!r}, not a device index")
+    return np.asarray(values, dtype=np.int64)
+
+
+def parents(name: str) -> list[str]:
+    """``name``'s ancestors from the outermost, itself last: ``"a.b.c"`` -> ``["a", "a.b", "a.b.c"]``
+    (``""``, the model, is no one's listed ancestor)."""
+    parts = name.split(".") if name else []
+    return [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
+
+
+class PlacedModules:
+    """The modules of ``graph`` under ``placement`` (see the module docstring).
+
+    Attributes:
+        own: module -> the set of devices its own ops (recorded with exactly that name) are on.
+        holds_parameters: the modules whose own ops hold parameters.
+        first: module (and every ancestor) -> index of its first op in the graph, its place in program order.
+
+    Raises:
+        ValueError: the graph records no module for any op (naming ``from_torch``), or a bad placement.
+    """
+
+    def __init__(self, graph: ComputationGraph, placement: Sequence[int] | np.ndarray) -> None:
+        self.graph = graph
+        self.placement = checked_device_placement(graph, placement)
+        if all(node.module is None for node in graph.nodes):
+            raise ValueError(f"graph {graph.name!r} has no module names: import the model with "
+                             "placement_env.from_torch (and colocate_modules=True, so that placers keep modules "
+                             "whole) to export its placements")
+        self.own: dict[str, set[int]] = {}
+        self.holds_parameters: set[str] = set()
+        self.first: dict[str, int] = {}
+        for i, node in enumerate(graph.nodes):
+            if node.module is None:
+                continue
+            self.own.setdefault(node.module, set()).add(int(self.placement[i]))
+            if node.param_bytes > 0:
+                self.holds_parameters.add(node.module)
+            for name in ["", *parents(node.module)]:
+                self.first.setdefault(name, i)
+
+    def children(self, name: str) -> list[str]:
+        """The modules one level below ``name`` that hold ops, in program order."""
+        depth = len(parents(name)) + 1
+        found = [m for m in self.first if m and len(parents(m)) == depth and (not name or m.startswith(f"{name}."))]
+        return sorted(found, key=lambda m: self.first[m])
+
+    def devices_under(self, name: str) -> set[int]:
+        """The devices of the ops of ``name`` and of every module below it (all ops with a module, for ``""``)."""
+        out: set[int] = set()
+        for module, devices in self.own.items():
+            if not name or module == name or module.startswith(f"{name}."):
+                out |= devices
+        return out
+
+    def split_modules(self) -> list[tuple[str, list[int]]]:
+        """The submodules whose own ops are on more than one device, with those devices, in program order."""
+        return [(m, sorted(d)) for m, d in sorted(self.own.items(), key=lambda item: self.first[item[0]])
+                if m and len(d) > 1]

@@ -1,0 +1,100 @@
+"""A contiguous placement as pipeline stages: :func:`to_split_points`, for ``torch.distributed.pipelining`` and
+DeepSpeed.
+
+A pipeline runtime cuts the model's program into stages, each on its own device, at module boundaries:
+``torch.distributed.pipelining.pipeline(module, mb_args, split_spec={"layers.4": SplitPoint.BEGINNING})``
+starts a stage where ``layers.4`` is called; DeepSpeed's ``PipelineModule`` holds a list of layers and the
+boundaries ``parts`` (stage ``s`` runs ``layers[parts[s]:parts[s + 1]]``, as its ``_partition_layers`` sets
+them; a subclass can set them so). Such a placement is *contiguous*: along the forward ops of the graph in
+program order (node order; the model's glue ops, module ``""``, and inputs left out, since they run where
+their inputs are), the devices form runs, one per device, a device's run never resuming after another began.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from placement_env.graph.model import ComputationGraph
+
+from .module_tree import PlacedModules, parents
+
+
+@dataclass(frozen=True)
+class SplitPoints:
+    """The stages of a contiguous placement.
+
+    Attributes:
+        devices: the device of each stage, in order.
+        split_spec: the module where each stage after the first begins, for
+            ``pipeline(split_spec={name: SplitPoint.BEGINNING for name in split_spec})``.
+        layers: the modules in program order, each within one stage (containers spanning stages replaced by
+            their children): DeepSpeed's ``layers``.
+        parts: DeepSpeed's stage boundaries into ``layers``: ``[0, ..., len(layers)]``.
+    """
+
+    devices: list[int]
+    split_spec: list[str]
+    layers: list[str]
+    parts: list[int]
+
+    def to_dict(self) -> dict:
+        return {"devices": self.devices, "split_spec": {name: "BEGINNING" for name in self.split_spec},
+                "layers": self.layers, "parts": self.parts}
+
+
+def to_split_points(graph: ComputationGraph, placement: Sequence[int] | np.ndarray) -> SplitPoints:
+    """The pipeline stages of ``placement`` (a device per op of ``graph``; see the module docstring).
+
+    Raises:
+        ValueError: the graph has no module names; the placement splits a module; it is not contiguous (the
+            error names the first op whose device had already given way to another).
+    """
+    placed = PlacedModules(graph, placement)
+    split = placed.split_modules()
+    if split:
+        name, devices = split[0]
+        raise ValueError(f"the placement splits module {name!r}: its ops are on devices {devices}; pipeline "
+                         "stages begin at module boundaries")
+    stage_of: dict[int, int] = {}
+    order: list[int] = []
+    first_op: list[int] = []
+    for i, node in enumerate(graph.nodes):
+        if not node.module or node.phase in ("backward", "update"):
+            continue
+        device = int(placed.placement[i])
+        if device not in stage_of:
+            stage_of[device] = len(order)
+            order.append(device)
+            first_op.append(i)
+        elif stage_of[device] != len(order) - 1:
+            raise ValueError(f"the placement is not contiguous: op {node.id!r} (module {node.module!r}) is on "
+                             f"device {device}, whose stage ended when device {order[-1]}'s began; pipeline "
+                             "stages need each device's ops in one run of the program")
+    stage_of_module = {m: stage_of[next(iter(d))] for m, d in placed.own.items() if m}
+    split_spec = []
+    for k in range(1, len(order)):
+        module = graph.nodes[first_op[k]].module or ""
+        # the module of the stage's first op begins there (no module is split); so may some of its ancestors:
+        # the outermost one that lies within the stage, else the module itself
+        begins = [a for a in parents(module) if placed.first[a] == first_op[k]]
+        contained = [a for a in begins if {stage_of_module[m] for m in stage_of_module
+                                           if m == a or m.startswith(f"{a}.")} == {k}]
+        split_spec.append(contained[0] if contained else module)
+    layers: list[str] = []
+
+    def flatten(name: str) -> None:
+        stages = {stage_of_module[m] for m in stage_of_module if not name or m == name or m.startswith(f"{name}.")}
+        if name and len(stages) == 1:
+            layers.append(name)
+            return
+        for child in placed.children(name):
+            flatten(child)
+
+    flatten("")
+    stage_of_layer = [next(iter({stage_of_module[m] for m in stage_of_module if m == layer
+                                 or m.startswith(f"{layer}.")})) for layer in layers]
+    parts = [0] + [stage_of_layer.index(k) for k in range(1, len(order))] + [len(layers)]
+    return SplitPoints(order, split_spec, layers, parts)

@@ -1,0 +1,251 @@
+"""Placements that leave the simulator: the module names ``from_torch`` records, module placement units, and the
+exports to accelerate's ``device_map`` and to pipeline split points (torch.distributed.pipelining, DeepSpeed)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from placement_env import from_torch, load_graph, read_graph, write_graph
+from placement_env.__main__ import main as placement_env_main
+from placement_env.runtime import to_device_map, to_split_points
+
+
+class Block(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.fc2(torch.relu(self.fc1(self.ln(x))))
+
+
+class Net(nn.Module):
+    """embed, four residual blocks, head: a transformer-shaped chain of modules."""
+
+    def __init__(self, d: int = 8, n: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Linear(3, d)
+        self.layers = nn.ModuleList([Block(d) for _ in range(n)])
+        self.head = nn.Linear(d, 2)
+
+    def forward(self, x, scale=None):
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        out = self.head(x)
+        return (out * scale if scale is not None else out).sum()
+
+
+def module_placement(graph, device_of):
+    """A placement giving every op the device ``device_of(module)`` (inputs: device 0)."""
+    return [0 if node.module is None else device_of(node.module) for node in graph.nodes]
+
+
+def stages(module: str) -> int:  # embed, layers.0-1 -> 0; layers.2 -> 1; layers.3, head, glue -> 2
+    if module.startswith(("embed", "layers.0", "layers.1")):
+        return 0
+    return 1 if module.startswith("layers.2") else 2
+
+
+@pytest.fixture(scope="module")
+def net_graph():
+    torch.manual_seed(0)
+    return from_torch(Net(), (torch.randn(2, 3),), colocate_modules=2)
+
+
+def test_every_op_records_the_module_it_came_from():
+    g = from_torch(Net(), (torch.randn(2, 3),), training=False)
+    module = {node.id: node.module for node in g.nodes}
+    assert module["x"] is None  # an input
+    assert module["linear"] == "embed" and module["layer_norm"] == "layers.0.ln"
+    assert module["linear_1"] == "layers.0.fc1" and module["relu"] == "layers.0"  # functional relu: the block
+    assert module["add"] == "layers.0"  # the residual add: in the block, which owns no parameters itself
+    assert module["sum_1"] == ""  # the model's own glue
+    trained = from_torch(Net(), (torch.randn(2, 3),))
+    by_id = {node.id: node for node in trained.nodes}
+    for node in trained.nodes:  # each backward op is its forward op's module
+        if node.phase == "backward":
+            assert node.module == by_id[node.id.removesuffix("_grad")].module
+
+
+def test_module_names_survive_the_graph_file_and_old_files_are_unchanged(tmp_path, net_graph):
+    write_graph(net_graph, tmp_path / "g.json.gz")
+    again = read_graph(tmp_path / "g.json.gz")
+    assert [n.module for n in again.nodes] == [n.module for n in net_graph.nodes]
+    assert again == net_graph
+    from placement_env.graph.io import graph_to_dict
+
+    assert all("module" not in node for node in graph_to_dict(load_graph("default"))["nodes"])
+
+
+def test_a_multi_layer_lstm_is_named_after_the_lstm_of_the_model():
+    class Tagger(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.LSTM(4, 4, num_layers=2, batch_first=True)
+            self.out = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.out(self.rnn(x)[0]).sum()
+
+    g = from_torch(Tagger(), (torch.randn(2, 5, 4),), training=False)
+    assert sum(node.op == "lstm" for node in g.nodes) == 2  # still one op per layer
+    assert {node.module for node in g.nodes if node.op == "lstm"} == {"rnn"}  # the model has no rnn.layers.0
+
+
+def test_colocate_modules_makes_every_placement_a_module_placement(net_graph):
+    leaf = from_torch(Net(), (torch.randn(2, 3),), colocate_modules=True)
+    for g, cut in ((leaf, None), (net_graph, 2)):
+        for members in g.unit_members:
+            names = {g.nodes[i].module for i in members} - {None, ""}
+            cut_names = {".".join(n.split(".")[:cut]) if cut else n for n in names}
+            assert len(cut_names) <= 1  # one (cut) module per unit
+    assert net_graph.unit_names() == ["x", "module:embed", "module:layers.0", "module:layers.1", "module:layers.2",
+                                      "module:layers.3", "module:head", "sum_1"]
+    for bad in (0, -1, 1.5, "layers"):
+        with pytest.raises(ValueError, match="colocate_modules must be True, False or a depth >= 1"):
+            from_torch(Net(), (torch.randn(2, 3),), colocate_modules=bad)
+
+
+def test_keyword_inputs_are_example_kwargs_and_a_dict_of_inputs_is_one_clear_error():
+    g = from_torch(Net(), (torch.randn(2, 3),), example_kwargs={"scale": torch.ones(1)}, training=False)
+    assert [n.id for n in g.nodes if n.op == "input"] == ["x", "scale"] and "mul" in g.ids
+    with pytest.raises(ValueError, match=r"example_inputs is a mapping \(keys 'x'\): pass keyword inputs as "
+                                         "example_kwargs"):
+        from_torch(Net(), {"x": torch.randn(2, 3)})
+    with pytest.raises(ValueError, match="example_kwargs must be a mapping"):
+        from_torch(Net(), (torch.randn(2, 3),), example_kwargs=[torch.ones(1)])
+
+
+def test_the_device_map_is_the_coarsest_the_placement_implies(net_graph):
+    assert to_device_map(net_graph, [0] * net_graph.num_nodes) == {"": 0}
+    placement = module_placement(net_graph, stages)
+    assert to_device_map(net_graph, placement) == {"embed": 0, "layers.0": 0, "layers.1": 0, "layers.2": 1,
+                                                   "layers.3": 2, "head": 2}
+    everything_but_head = module_placement(net_graph, lambda m: 1 if m.startswith("head") else 0)
+    assert to_device_map(net_graph, everything_but_head) == {"embed": 0, "layers": 0, "head": 1}
+
+
+def test_a_device_map_refuses_what_it_cannot_express(net_graph):
+    leaf = from_torch(Net(), (torch.randn(2, 3),))  # ops placed one by one: a placer may split a module
+    split = [0] * leaf.num_nodes
+    split[leaf.index_of("linear_1_grad")] = 1  # layers.0.fc1's backward op elsewhere
+    with pytest.raises(ValueError, match=r"the placement splits module 'layers.0.fc1': its ops are on devices "
+                                         r"\[0, 1\]; .*colocate_modules=True"):
+        to_device_map(leaf, split)
+    with pytest.raises(ValueError, match="has no module names: import the model with placement_env.from_torch"):
+        to_device_map(load_graph("default"), [0] * load_graph("default").num_nodes)
+    with pytest.raises(ValueError, match="placement has 3 entries, graph 'Net' has"):
+        to_device_map(net_graph, [0, 0, 0])
+    with pytest.raises(ValueError, match=r"placement entry 1 \(op 'linear'\) is -1, not a device index"):
+        to_device_map(net_graph, [0, -1] + [0] * (net_graph.num_nodes - 2))
+
+    class Scaled(nn.Module):  # a module with a parameter of its own and a submodule
+        def __init__(self) -> None:
+            super().__init__()
+            self.gain = nn.Parameter(torch.ones(4))
+            self.inner = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.inner(x * self.gain)
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.block = Scaled()
+
+        def forward(self, x):
+            return self.block(x).sum()
+
+    g = from_torch(Outer(), (torch.randn(2, 4),), colocate_modules=True)
+    apart = module_placement(g, lambda m: 1 if m == "block.inner" else 0)
+    with pytest.raises(ValueError, match="module 'block' holds parameters of its own on device 0 while its "
+                                         r"submodules are on devices \[1\]"):
+        to_device_map(g, apart)
+
+
+def test_the_device_map_runs_through_accelerate_with_the_same_outputs(net_graph):
+    accelerate = pytest.importorskip("accelerate")
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(2, 3)
+    expected = model(x)
+    device_map = to_device_map(net_graph, module_placement(net_graph, stages))
+    on_cpu = {name: "cpu" for name in device_map}  # this machine's devices are one CPU: the map's structure is
+    dispatched = accelerate.dispatch_model(model, device_map=on_cpu)  # what accelerate checks and hooks
+    assert torch.allclose(dispatched(x), expected)
+    assert set(getattr(dispatched, "hf_device_map", on_cpu)) == set(device_map)
+
+
+def test_split_points_of_a_contiguous_placement(net_graph):
+    points = to_split_points(net_graph, module_placement(net_graph, stages))
+    assert points.devices == [0, 1, 2] and points.split_spec == ["layers.2", "layers.3"]
+    assert points.layers == ["embed", "layers.0", "layers.1", "layers.2", "layers.3", "head"]
+    assert points.parts == [0, 3, 4, 6]
+    assert points.to_dict()["split_spec"] == {"layers.2": "BEGINNING", "layers.3": "BEGINNING"}
+    one = to_split_points(net_graph, [0] * net_graph.num_nodes)
+    assert one.devices == [0] and one.split_spec == [] and one.parts == [0, len(one.layers)]
+    reversed_devices = to_split_points(net_graph, module_placement(net_graph, lambda m: 2 - stages(m)))
+    assert reversed_devices.devices == [2, 1, 0] and reversed_devices.split_spec == ["layers.2", "layers.3"]
+
+
+def test_split_points_build_torch_pipelining_stages(net_graph):
+    from torch.distributed.pipelining import SplitPoint, pipeline
+
+    points = to_split_points(net_graph, module_placement(net_graph, stages))
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(2, 3)
+    pipe = pipeline(model, (x,), split_spec={name: SplitPoint.BEGINNING for name in points.split_spec})
+    assert pipe.num_stages == len(points.devices)
+    out = x
+    for stage in range(pipe.num_stages):  # the stages in a row compute the model
+        out = pipe.get_stage_module(stage)(out)
+    assert torch.allclose(out, model(x))
+
+
+def test_split_points_refuse_a_placement_that_is_not_contiguous(net_graph):
+    back_and_forth = module_placement(net_graph, lambda m: 1 if m.startswith("layers.1") else 0)
+    with pytest.raises(ValueError, match=r"the placement is not contiguous: op '\w+' \(module 'layers.2.ln'\) is on "
+                                         "device 0, whose stage ended when device 1's began"):
+        to_split_points(net_graph, back_and_forth)
+
+
+def test_the_export_command_writes_json_and_says_what_is_wrong_in_one_line(tmp_path, net_graph, capsys):
+    graph_file, placement_file = tmp_path / "net.json.gz", tmp_path / "p.json"
+    write_graph(net_graph, graph_file)
+    placement_file.write_text(json.dumps(module_placement(net_graph, stages)))
+    out = tmp_path / "map.json"
+    assert placement_env_main(["export", "--graph", str(graph_file), "--placement", str(placement_file),
+                               "--format", "device-map", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["layers.2"] == 1
+    assert placement_env_main(["export", "--graph", str(graph_file), "--placement", str(placement_file),
+                               "--format", "split-points"]) == 0
+    assert json.loads(capsys.readouterr().out)["parts"] == [0, 3, 4, 6]
+    import subprocess
+    import sys
+
+    back = tmp_path / "back.json"
+    back.write_text(json.dumps(module_placement(net_graph, lambda m: 1 if m.startswith("layers.1") else 0)))
+    done = subprocess.run([sys.executable, "-m", "placement_env", "export", "--graph", str(graph_file), "--placement",
+                           str(back), "--format", "split-points", "--out", str(tmp_path / "s.json")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("error: the placement is not contiguous")
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "s.json").exists()
+    done = subprocess.run([sys.executable, "-m", "placement_env", "export", "--graph", "default", "--placement",
+                           str(back), "--format", "device-map"], capture_output=True, text=True)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_placements_of_every_placer_on_a_module_granular_graph_export(net_graph):
+    from baselines import PLACERS
+    from placement_env import Cluster
+
+    cluster = Cluster.preset("p100", 3)
+    for name in ("single", "m-topo", "heft", "split", "metis"):
+        placement = np.asarray(PLACERS[name](net_graph, cluster, 0))
+        device_map = to_device_map(net_graph, placement)  # never a split module
+        assert set(device_map.values()) <= set(placement.tolist())
