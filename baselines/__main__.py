@@ -27,15 +27,16 @@ from placement_env.sim.chrome_trace import write_chrome_trace
 
 from . import PLACERS
 from .compare import compare_placers, format_table
-from .placers import QUICK_STARTS, placers_with_budget
+from .placers import QUICK_STARTS, RUNTIME_DEFAULTS, placers_with_budget
 from .starts import LARGE_GRAPH_OPS
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m baselines", description=__doc__.splitlines()[0])
     add_graph_and_cluster_args(parser)
-    parser.add_argument("--placers", default=",".join(PLACERS),
-                        help=f"comma-separated subset of: {', '.join(PLACERS)} (default: all)")
+    parser.add_argument("--placers",
+                        help=f"comma-separated subset of: {', '.join([*PLACERS, *RUNTIME_DEFAULTS])} (default: all; "
+                             f"{', '.join(RUNTIME_DEFAULTS)}, DeepSpeed's partitions, for graphs with module names)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the randomized placers (default 0)")
     parser.add_argument("--budget-seconds", type=float, metavar="S",
                         help="wall-clock seconds for each search placer (local-search, anneal), start placers "
@@ -60,9 +61,11 @@ def _print_progress(index: int, total: int, name: str, seconds: float | None) ->
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     check_output_paths(args.json, args.placements_dir, args.traces_dir)
-    placers = placers_with_budget(args.budget_seconds)
+    placers = {**placers_with_budget(args.budget_seconds), **RUNTIME_DEFAULTS}
     graph, cluster = graph_and_cluster_from_args(args)
-    names = [x.strip() for x in args.placers.split(",") if x.strip()]
+    has_modules = any(node.module is not None for node in graph.nodes)
+    default = [*PLACERS, *(RUNTIME_DEFAULTS if has_modules else ())]
+    names = [x.strip() for x in (args.placers or ",".join(default)).split(",") if x.strip()]
     unknown = [x for x in names if x not in placers]
     if unknown:
         raise ValueError(f"unknown placer {unknown[0]!r}; known: {', '.join(placers)}")

@@ -83,14 +83,15 @@ def format_table(rows: list[ComparisonRow], graph: ComputationGraph, cluster: Cl
     lines = [f"graph {graph.name}: {graph.num_nodes} ops, {graph.num_edges} edges, {graph.num_units} placement units",
              f"cluster {cluster.name}: {cluster.num_devices} devices; lower bound {lb * 1e3:.3f} ms",
              ""]
-    header = f"{'placer':<14} {'makespan (ms)':>13} {'/ LB':>6} {'peak mem / cap':>14} {'OOM':>4} {'place (s)':>9}"
+    w = max([14, *(len(r.placer) for r in rows)])
+    header = f"{'placer':<{w}} {'makespan (ms)':>13} {'/ LB':>6} {'peak mem / cap':>14} {'OOM':>4} {'place (s)':>9}"
     lines += [header, "-" * len(header)]
     for r in rows:
         if r.error:
-            lines.append(f"{r.placer:<14} {r.error}")
+            lines.append(f"{r.placer:<{w}} {r.error}")
             continue
         assert r.makespan is not None and r.lb_ratio is not None and r.max_memory_ratio is not None
-        lines.append(f"{r.placer:<14} {r.makespan * 1e3:>13.3f} {r.lb_ratio:>6.3f} {r.max_memory_ratio:>14.3f} "
+        lines.append(f"{r.placer:<{w}} {r.makespan * 1e3:>13.3f} {r.lb_ratio:>6.3f} {r.max_memory_ratio:>14.3f} "
                      f"{'yes' if r.oom else 'no':>4} {r.place_seconds:>9.3f}")
     return "\n".join(lines)
 

@@ -15,6 +15,7 @@ from baselines.m_topo import m_topo
 from baselines.memory import PlacementInfeasibleError
 from baselines.memory_repair import Placer, within_memory
 from baselines.metis import metis
+from baselines.runtime_defaults import accelerate_balanced, deepspeed_parameters, deepspeed_uniform
 from baselines.simple import random_placement, round_robin, single_device
 from baselines.split import split
 from baselines.starts import ranked_starts
@@ -58,6 +59,12 @@ def placers_with_budget(budget_seconds: float | None) -> dict[str, Placer]:
 
 
 PLACERS: dict[str, Placer] = placers_with_budget(None)
+
+# what the runtimes do by default, for graphs with module names (from_torch): not repaired for memory, so
+# that their placements are what the runtime would run (baselines.runtime_defaults)
+RUNTIME_DEFAULTS: dict[str, Placer] = {"deepspeed-uniform": deepspeed_uniform,
+                                       "deepspeed-parameters": deepspeed_parameters,
+                                       "accelerate-balanced": accelerate_balanced}
 
 
 def feasible_start(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> tuple[str, np.ndarray]:

@@ -112,6 +112,15 @@ def test_colocate_modules_makes_every_placement_a_module_placement(net_graph):
             from_torch(Net(), (torch.randn(2, 3),), colocate_modules=bad)
 
 
+def test_views_between_modules_do_not_tie_them_into_one_unit():
+    torch.manual_seed(0)
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 3)
+    g = from_torch(encoder, (torch.randn(2, 5, 16),), colocate_modules=2)
+    assert [name for name in g.unit_names() if name.startswith("module:")] == ["module:layers.0", "module:layers.1",
+                                                                              "module:layers.2"]
+    assert g.num_units == 4  # and the input with its views
+
+
 def test_keyword_inputs_are_example_kwargs_and_a_dict_of_inputs_is_one_clear_error():
     g = from_torch(Net(), (torch.randn(2, 3),), example_kwargs={"scale": torch.ones(1)}, training=False)
     assert [n.id for n in g.nodes if n.op == "input"] == ["x", "scale"] and "mul" in g.ids

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -386,6 +386,10 @@ class ComputationGraph:
 
     def with_name(self, name: str) -> ComputationGraph:
         return ComputationGraph(self.nodes, self.edges(), name=name)
+
+    def without_modules(self) -> ComputationGraph:
+        """The same graph with no op's ``module`` recorded (as graphs were before module names)."""
+        return ComputationGraph([replace(n, module=None) for n in self.nodes], self.edges(), name=self.name)
 
     def edges(self) -> list[Edge]:
         """The edges as :class:`Edge` records, in stored order."""

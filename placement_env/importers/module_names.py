@@ -50,33 +50,29 @@ class ModuleNames:
 
 def colocate_by_module(nodes: list[Node], depth: int | None) -> list[Node]:
     """``nodes`` with every op of one submodule (its name cut to ``depth`` parts; None: whole) in one colocation
-    group, merged with the groups the ops were already in (views stay with what they alias). Ops of the model
-    itself (module ``""``: the glue between submodules) and inputs stay units of their own."""
-    parent = list(range(len(nodes)))
+    group, ``module:<name>``. A view's group (views are colocated with the op whose output they alias) holds
+    only within its module: a view in another module than the tensor it aliases goes with its own module, as a
+    runtime moves the tensor at the module's entry and views the copy. The model's own glue ops (module ``""``)
+    and inputs stay units of their own, or with the view group of a glue op or input they alias."""
 
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
+    def key(module: str | None) -> str | None:
+        if not module:
+            return None
+        return module if depth is None else ".".join(module.split(".")[:depth])
 
-    first: dict[str, int] = {}
-    for i, node in enumerate(nodes):
-        keys = [] if node.colocation is None else [f"group:{node.colocation}"]
-        if node.module:
-            name = node.module if depth is None else ".".join(node.module.split(".")[:depth])
-            keys.append(f"module:{name}")
-        for key in keys:
-            j = first.setdefault(key, i)
-            parent[find(i)] = find(j)
-    names: dict[int, str] = {}
-    for i, node in enumerate(nodes):
-        if node.module:
-            name = node.module if depth is None else ".".join(node.module.split(".")[:depth])
-            names.setdefault(find(i), f"module:{name}")
+    producer_key: dict[str, str | None] = {}  # view group -> the module key of its first op, the producer
+    for node in nodes:
+        if node.colocation is not None:
+            producer_key.setdefault(node.colocation, key(node.module))
     out = []
-    for i, node in enumerate(nodes):
-        group = names.get(find(i), node.colocation)
+    for node in nodes:
+        mine = key(node.module)
+        if mine is not None:
+            group: str | None = f"module:{mine}"
+        elif node.colocation is not None and producer_key[node.colocation] is None:
+            group = node.colocation  # a view among glue ops or inputs
+        else:
+            group = None
         out.append(Node(node.id, node.op, node.cost, node.output_bytes, node.param_bytes, group, node.flops,
                         node.phase, node.module))
     return out

@@ -86,3 +86,23 @@ class PlacedModules:
         """The submodules whose own ops are on more than one device, with those devices, in program order."""
         return [(m, sorted(d)) for m, d in sorted(self.own.items(), key=lambda item: self.first[item[0]])
                 if m and len(d) > 1]
+
+
+def layer_sequence(graph: ComputationGraph) -> list[str]:
+    """The model as a list of layers in program order, as a pipeline runtime lists them (DeepSpeed's
+    ``PipelineModule(layers=...)``): the model's submodules, a container without ops of its own (an
+    ``nn.ModuleList`` / ``nn.Sequential`` of blocks) replaced by its children. Raises ``ValueError`` for a graph
+    without module names."""
+    placed = PlacedModules(graph, np.zeros(graph.num_nodes, dtype=np.int64))
+    layers: list[str] = []
+
+    def visit(name: str) -> None:
+        children = placed.children(name)
+        if name and (name in placed.own or not children):
+            layers.append(name)
+            return
+        for child in children:
+            visit(child)
+
+    visit("")
+    return layers
