@@ -27,13 +27,16 @@ def ranked_starts(graph: ComputationGraph, cluster: Cluster, start_placers: dict
     With ``budget_seconds`` (the whole search's), placers run until one fits; a further one begins only when it
     is expected to end within half of the budget, expected to take up to :data:`START_TIME_RATIO` times as long as
     the longest placer so far (their times differ by up to that ratio on one graph: HEFT 43 s, m-TOPO 4.6 s on a
-    million-op chain, ``docs/placers.md``). On a graph of more than :data:`LARGE_GRAPH_OPS` ops, only the
+    million-op chain, ``docs/placers.md``), timed after one simulation has loaded the compiled kernel (half a
+    second, once per process). On a graph of more than :data:`LARGE_GRAPH_OPS` ops, only the
     placers named in ``quick`` (those of about linear time) run, when ``quick`` names any of ``start_placers``.
     Raises the last placer's :class:`~baselines.memory.PlacementInfeasibleError` when none fits."""
     began = time.perf_counter()
     if graph.num_nodes > LARGE_GRAPH_OPS and any(name in start_placers for name in quick):
         start_placers = {name: start for name, start in start_placers.items() if name in quick}
     simulator = Simulator(graph, cluster)
+    if budget_seconds is not None:  # load the compiled kernel now, so that no start placer is timed with it
+        simulator.run(np.zeros(graph.num_nodes, dtype=np.int64))
     found: list[tuple[float, str, np.ndarray]] = []
     reason = PlacementInfeasibleError(f"no start placer found a placement of graph {graph.name!r} within memory")
     longest = 0.0
