@@ -24,12 +24,12 @@ from placement_env.runtime.placed_program import placed_module
 
 
 class ResidualCNN(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, channels: int = 64) -> None:
         super().__init__()
-        self.stem = nn.Conv2d(3, 64, 3, padding=1)
-        self.blocks = nn.ModuleList([nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU())
-                                     for _ in range(4)])
-        self.head = nn.Linear(64, 10)
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.blocks = nn.ModuleList([nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1),
+                                                   nn.BatchNorm2d(channels), nn.ReLU()) for _ in range(4)])
+        self.head = nn.Linear(channels, 10)
 
     def forward(self, x):
         x = self.stem(x)

@@ -6,7 +6,8 @@ the same colocation group as ``v``:
 * cost: ``BACKWARD_COST_WITH_PARAMS`` (2.0) x the forward cost for an op with
   parameters (gradient w.r.t. the inputs and w.r.t. the weights, each about one
   forward pass), ``BACKWARD_COST_NO_PARAMS`` (1.0) x otherwise (gradient
-  w.r.t. the inputs only);
+  w.r.t. the inputs only), unless ``backward_costs`` gives the op's measured
+  backward time (``from_torch(..., profile=True)`` times each op's backward);
 * output bytes: the gradients of ``v``'s inputs, i.e. the sum of its
   predecessors' output bytes (weight gradients are in the static memory that
   ``param_factor`` accounts for, so ``v'`` owns no parameters);
@@ -20,6 +21,8 @@ the agent places is "an op and its gradient".
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from placement_env.checks import checked_instance
 from placement_env.graph.model import ComputationGraph, Edge, Node
 
@@ -28,8 +31,13 @@ BACKWARD_COST_NO_PARAMS = 1.0
 GRAD_SUFFIX = "_grad"
 
 
-def to_training_graph(forward: ComputationGraph, name: str | None = None) -> ComputationGraph:
-    """The training graph of a forward graph (forward ops first, then backward ops in reverse order)."""
+def to_training_graph(forward: ComputationGraph, name: str | None = None,
+                      backward_costs: Mapping[str, float] | None = None) -> ComputationGraph:
+    """The training graph of a forward graph (forward ops first, then backward ops in reverse order).
+
+    ``backward_costs``: forward op id -> the seconds of its backward on the reference device, replacing the
+    factor rule for those ops (their FLOPs keep the rule's estimate)."""
+    backward_costs = dict(backward_costs or {})
     checked_instance("forward", forward, ComputationGraph)
     if any(n.phase in ("backward", "update") for n in forward.nodes):
         bad = next(n for n in forward.nodes if n.phase in ("backward", "update"))
@@ -59,7 +67,8 @@ def to_training_graph(forward: ComputationGraph, name: str | None = None) -> Com
         factor = BACKWARD_COST_WITH_PARAMS if n.param_bytes > 0 else BACKWARD_COST_NO_PARAMS
         in_grad_bytes = sum(forward.nodes[int(u)].output_bytes for u in preds[ptr[i]:ptr[i + 1]])
         flops = None if n.flops is None else n.flops * factor
-        backward.append(Node(grad_id[i], n.op + GRAD_SUFFIX, n.cost * factor, in_grad_bytes, 0, group_of[i], flops,
+        cost = float(backward_costs[n.id]) if n.id in backward_costs else n.cost * factor
+        backward.append(Node(grad_id[i], n.op + GRAD_SUFFIX, cost, in_grad_bytes, 0, group_of[i], flops,
                              "backward", n.module))
     nodes += backward
 

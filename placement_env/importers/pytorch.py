@@ -174,11 +174,12 @@ def _op_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
 
 
 class _Recorder(torch.fx.Interpreter):
-    """Runs the graph once, recording each op's output bytes, FLOPs and (optionally) measured time."""
+    """Runs the graph once, recording each op's output bytes, FLOPs and (optionally) measured forward and
+    backward times."""
 
-    def __init__(self, gm: torch.fx.GraphModule, profile: bool, repeats: int) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, profile: bool, repeats: int, backward: bool = False) -> None:
         super().__init__(gm)
-        self.profile, self.repeats = profile, repeats
+        self.profile, self.repeats, self.backward = profile, repeats, backward
         self.records: dict[str, dict] = {}
 
     def run_node(self, n: torch.fx.Node) -> Any:
@@ -196,8 +197,45 @@ class _Recorder(torch.fx.Interpreter):
                 super().run_node(n)
                 times.append(time.perf_counter() - t0)
             record["measured"] = statistics.median(times)
+            if self.backward:
+                measured = self._backward_time(n)
+                if measured is not None:
+                    record["measured_backward"] = measured
         self.records[n.name] = record
         return out
+
+    def _backward_time(self, n: torch.fx.Node) -> float | None:
+        """The median of ``repeats`` timed backward passes of ``n`` alone (its tensor inputs made leaves that
+        require grad, the gradient of its outputs ones), as a measured step runs an op's backward; ``None``
+        when nothing of it is differentiable or autograd refuses it (an in-place op on a leaf)."""
+        import torch.utils._pytree as pytree
+
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+
+        def leaf(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.is_floating_point() and not isinstance(x, nn.Parameter):
+                return x.detach().clone().requires_grad_(True)
+            return x
+
+        try:
+            with torch.enable_grad():
+                args, kwargs = pytree.tree_map(leaf, (args, kwargs))
+                out = getattr(self, n.op)(n.target, args, kwargs)
+                outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+                if not outs:
+                    return None
+                grads = [torch.ones_like(t) for t in outs]
+                times = []
+                for _ in range(self.repeats + 1):  # the first, untimed, warms the kernels up
+                    t0 = time.perf_counter()
+                    torch.autograd.backward(outs, grads, retain_graph=True)
+                    times.append(time.perf_counter() - t0)
+        except RuntimeError:
+            return None
+        finally:
+            for param in self.module.parameters():
+                param.grad = None
+        return statistics.median(times[1:])
 
 
 def _owned_parameters(gm: torch.fx.GraphModule, n: torch.fx.Node) -> list[str]:
@@ -271,7 +309,9 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
             called); a dict given as ``example_inputs`` is refused with a pointer here.
         name: the graph's name (default: the module's class name).
         device_kind: the roofline device of :data:`ROOFLINE_DEVICES` for op costs.
-        profile: measure op times on this machine instead of the roofline model.
+        profile: measure op times on this machine instead of the roofline model: each op's forward and, in
+            the training graph, its backward (the op alone, its inputs leaves; where autograd cannot run an op
+            alone, the 2x / 1x rule of :mod:`placement_env.graph.training`).
         repeats: timed runs per op with ``profile`` (the median is kept).
         training: return the training graph (forward + backward ops), else the forward graph.
         shared_parameters: a parameter read by more than one op (a weight shared across the time steps of an
@@ -303,7 +343,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         raise ValueError(f"colocate_modules must be True, False or a depth >= 1, got {colocate_modules!r}")
     name = name or type(module).__name__
     gm, inputs, module = trace_model(module, example_inputs, example_kwargs, split_recurrent)
-    recorder = _Recorder(gm, profile, repeats)
+    recorder = _Recorder(gm, profile, repeats, backward=profile and training)
     try:
         with torch.no_grad(), _quiet_torch_logs():  # a failing fake-tensor op logs a traceback of torch's own
             if profile:
@@ -384,4 +424,8 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
     if colocate_modules is not False:
         nodes = colocate_by_module(nodes, None if colocate_modules is True else colocate_modules)
     graph = ComputationGraph(nodes, edges, name=name or type(module).__name__)
-    return to_training_graph(graph, name=graph.name) if training else graph
+    if not training:
+        return graph
+    backward_costs = {op: record["measured_backward"] for op, record in recorder.records.items()
+                      if "measured_backward" in record}
+    return to_training_graph(graph, name=graph.name, backward_costs=backward_costs)

@@ -4,7 +4,10 @@
   every op on its device, copying tensors where the simulator transfers them (loads torch on first use);
 * :func:`~placement_env.runtime.device_map.to_device_map`: Hugging Face accelerate's ``device_map``;
 * :func:`~placement_env.runtime.split_points.to_split_points`: pipeline stages for
-  ``torch.distributed.pipelining`` and DeepSpeed.
+  ``torch.distributed.pipelining`` and DeepSpeed;
+* :func:`~placement_env.runtime.measured_step.measure_step`: real training steps of a placement, on CUDA
+  devices or on local worker processes (one CPU thread each, tensors sent between them);
+* :func:`~placement_env.runtime.local_cluster.local_cluster`: the cluster those workers form, measured.
 
 They read the module names :func:`~placement_env.importers.pytorch.from_torch` records (node field ``module``).
 """
@@ -13,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from placement_env.lazy_names import lazy_attributes
 from placement_env.runtime.device_map import to_device_map
+from placement_env.runtime.local_cluster import local_cluster
+from placement_env.runtime.measured_step import MeasuredStep, measure_step
 from placement_env.runtime.split_points import SplitPoints, to_split_points
 
 if TYPE_CHECKING:
@@ -21,4 +26,5 @@ else:  # torch loads when placed_module is first used
     __getattr__ = lazy_attributes("placement_env.runtime", {"placed_module": "placement_env.runtime.placed_program"},
                                   globals())
 
-__all__ = ["SplitPoints", "placed_module", "to_device_map", "to_split_points"]
+__all__ = ["MeasuredStep", "SplitPoints", "local_cluster", "measure_step", "placed_module", "to_device_map",
+           "to_split_points"]

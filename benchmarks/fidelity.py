@@ -1,0 +1,157 @@
+"""The simulator against measured training steps on 2 local devices.
+
+    python benchmarks/fidelity.py [--repeats 7] [--models mlp,cnn,...] [--json out.json]
+
+For each model (an MLP, a ResNet-style CNN, a transformer encoder, a two-branch model, an LSTM), the graph
+is imported with ``from_torch(..., profile=True)`` in this process on one CPU thread (the setting of each local
+worker), the cluster is ``local_cluster(2)`` (measured: speed 1.0, the gloo link's latency and bandwidth), and
+five placements (single, split, m-ETF, anneal, round-robin) are both simulated and run by ``measure_step``.
+Printed per cell: simulated and measured step (ms) and their ratio, for the profiled backward costs (the
+model now) and for the 2x / 1x rule they replace; per model: Spearman's rank correlation of the placements
+and whether the placement the simulator ranks best is the one measured fastest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+import torch
+from machine import machine_line
+from placed_module_speed import ResidualCNN
+from torch import nn
+
+from baselines.placers import place
+from placement_env import from_torch, simulate
+from placement_env.graph.model import ComputationGraph
+from placement_env.graph.training import to_training_graph
+from placement_env.runtime.local_cluster import local_cluster
+from placement_env.runtime.measured_step import measure_step
+
+PLACERS = ("single", "split", "m-etf", "anneal", "round-robin")
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(1024, 1024), nn.ReLU())])
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+class Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(128, 4, 512, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+
+class TwoBranch(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.left = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU())
+        self.right = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU())
+        self.head = nn.Linear(2048, 10)
+
+    def forward(self, x):
+        return self.head(torch.cat([self.left(x), self.right(x)], dim=1))
+
+
+class Tagger(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(128, 256, num_layers=2, batch_first=True)
+        self.head = nn.Linear(256, 10)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0])
+
+
+def models() -> dict[str, tuple[nn.Module, torch.Tensor]]:
+    torch.manual_seed(0)
+    return {
+        "mlp": (MLP(), torch.randn(128, 1024)),
+        "cnn": (ResidualCNN(32), torch.randn(16, 3, 32, 32)),
+        "transformer": (Encoder(), torch.randn(8, 64, 128)),
+        "two-branch": (TwoBranch(), torch.randn(128, 512)),
+        "lstm": (Tagger(), torch.randn(16, 32, 128)),
+    }
+
+
+def with_rule(graph: ComputationGraph) -> ComputationGraph:
+    """The same profiled forward costs with the 2x / 1x backward rule."""
+    forward = ComputationGraph([n for n in graph.nodes if n.phase != "backward"],
+                               [e for e in graph.edges() if graph.nodes[graph.index_of(e.src)].phase != "backward"
+                                and graph.nodes[graph.index_of(e.dst)].phase != "backward"], name=graph.name)
+    return to_training_graph(forward, name=graph.name)
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1]) if len(a) > 1 and np.std(ra) > 0 and np.std(rb) > 0 else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--models", default=",".join(models()))
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    print(machine_line())
+    torch.set_num_threads(1)
+    cluster = local_cluster(2)
+    print(f"local_cluster(2): latency {cluster.latency[0, 1] * 1e6:.0f} us, "
+          f"bandwidth {cluster.bandwidth[0, 1] / 1e9:.2f} GB/s", flush=True)
+    rows, summary = [], []
+    for name in args.models.split(","):
+        model, x = models()[name]
+        graph = from_torch(model, (x,), profile=True, repeats=10, name=name)
+        rule = with_rule(graph)
+        sims, rule_sims, measured = [], [], []
+        for placer in PLACERS:
+            p = place(graph, cluster, placer, seed=0)
+            sim = simulate(graph, p, cluster, param_factor=2.0)
+            sim_rule = simulate(rule, p, cluster, param_factor=2.0).makespan
+            got = measure_step(model, (x,), graph, p, repeats=args.repeats, cluster=cluster)
+            devices_used = len(set(p.tolist()))
+            rows.append({"model": name, "placement": placer, "devices_used": devices_used,
+                         "simulated_ms": sim.makespan * 1e3, "rule_ms": sim_rule * 1e3,
+                         "measured_ms": got.seconds * 1e3, "ratio": sim.makespan / got.seconds,
+                         "rule_ratio": sim_rule / got.seconds,
+                         "simulated_peak_mb": float(sim.peak_memory.max()) / 1e6,
+                         "measured_peak_mb": float(got.peak_memory.max()) / 1e6})
+            sims.append(sim.makespan)
+            rule_sims.append(sim_rule)
+            measured.append(got.seconds)
+            r = rows[-1]
+            print(f"{name:12s} {placer:12s} devices {devices_used}  simulated {r['simulated_ms']:8.2f} ms  "
+                  f"measured {r['measured_ms']:8.2f} ms  ratio {r['ratio']:.2f}  (2x rule {r['rule_ratio']:.2f})  "
+                  f"peak {r['simulated_peak_mb']:.1f} / {r['measured_peak_mb']:.1f} MB", flush=True)
+        best_sim, best_real = int(np.argmin(sims)), int(np.argmin(measured))
+        same_best = bool(measured[best_sim] <= measured[best_real] * 1.0)
+        summary.append({"model": name, "spearman": spearman(sims, measured),
+                        "rule_spearman": spearman(rule_sims, measured),
+                        "simulated_best": PLACERS[best_sim], "measured_best": PLACERS[best_real],
+                        "same_best": same_best})
+        s = summary[-1]
+        print(f"{name:12s} spearman {s['spearman']:.2f} (2x rule {s['rule_spearman']:.2f}); best simulated "
+              f"{s['simulated_best']}, fastest measured {s['measured_best']}", flush=True)
+    within = sum(0.75 <= r["ratio"] <= 1.25 for r in rows)
+    print(f"cells within 25%: {within} / {len(rows)} (2x rule: "
+          f"{sum(0.75 <= r['rule_ratio'] <= 1.25 for r in rows)}); models whose simulated best is the fastest "
+          f"measured: {sum(s['same_best'] for s in summary)} / {len(summary)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "summary": summary}, f, indent=1)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
