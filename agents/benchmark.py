@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from agents.jobs import add_fanout_args, fanout_from_args, open_runner
-from agents.paper.benchmark_cells import HELD_OUT_SEEDS, REAL, SUITES, Cell, methods
+from agents.paper.benchmark_cells import HELD_OUT_SEEDS, REAL, RUNTIME, SUITES, Cell, has_module_names, methods
 from placement_env.checks import checked_finite
 from placement_env.cli import OneLineParser, check_output_paths, run_cli
 from placement_env.cluster import Cluster
@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=list(HELD_OUT_SEEDS),
                         help="held-out seeds of the suites (default 100-104; all must be >= 100)")
     parser.add_argument("--no-real", action="store_true", help="leave out the six real models")
-    parser.add_argument("--methods", help="comma-separated subset of the methods (default: all)")
+    parser.add_argument("--methods", help="comma-separated subset of the methods (default: all; with --graph "
+                                          "graphs that record module names, also " + ", ".join(RUNTIME) + ")")
     add_fanout_args(parser)
     args = parser.parse_args(argv)
 
@@ -57,12 +58,18 @@ def main(argv: list[str] | None = None) -> int:
                      for seed in args.seeds for m in ([None] if args.cluster else args.devices)]
             if not args.no_real:
                 cells += [Cell(model, None if args.cluster else 8, args.cluster) for model in REAL]
-        names = methods()
+        modules = bool(args.graph) and all(has_module_names(g) for g in args.graph)
+        names = methods(include_runtime=modules)
         if args.methods:
             asked = [m.strip() for m in args.methods.split(",") if m.strip()]
-            unknown = [m for m in asked if m not in names]
+            runtime = [m for m in asked if m in RUNTIME]
+            if runtime and not modules:
+                raise ValueError(f"--methods: {runtime[0]} needs graphs with module names (from_torch); "
+                                 "give them with --graph")
+            known = methods(include_runtime=True)
+            unknown = [m for m in asked if m not in known]
             if unknown:
-                raise ValueError(f"--methods: unknown method {unknown[0]!r}; known: {', '.join(names)}")
+                raise ValueError(f"--methods: unknown method {unknown[0]!r}; known: {', '.join(known)}")
             names = asked
         if args.policy is not None and not Path(args.policy).is_file():
             raise ValueError(f"--policy: no such file: {args.policy!r}")

@@ -188,6 +188,7 @@ def test_the_benchmark_cache_is_keyed_by_the_graph_s_and_the_policy_s_content(tm
     (["--budget-seconds", "nan"], "--budget-seconds"),
     (["--seeds", "7"], "--seeds: 7 is a training seed"),
     (["--methods", "heft,nope"], "unknown method 'nope'"),
+    (["--methods", "heft,deepspeed-uniform"], "deepspeed-uniform needs graphs with module names"),
     (["--out", "README.md"], "'README.md' is a file, not a folder"),
 ])
 def test_benchmark_command_errors_are_one_line(args, message, capsys, tmp_path):

@@ -120,3 +120,14 @@ def test_accelerate_balanced_is_what_accelerate_does_with_the_model_itself():
     assert len(set(real.values())) > 1  # balanced: the model is spread
     with pytest.raises(PlacementInfeasibleError, match="accelerate's device map needs the graph's modules"):
         accelerate_balanced(load_graph("default"), cluster)
+
+
+def test_the_benchmark_table_has_them_for_graphs_with_module_names(tmp_path, capsys):
+    from agents.benchmark import main
+
+    path = tmp_path / "seq.json.gz"
+    write_graph(sequential_graph(), path)
+    assert main(["--graph", str(path), "--devices", "3", "--methods", "heft,deepspeed-uniform,deepspeed-parameters,"
+                 "accelerate-balanced", "--out", str(tmp_path / "bench"), "--budget-seconds", "1"]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| cell"))
+    assert header == "| cell | heft | deepspeed-uniform | deepspeed-parameters | accelerate-balanced |"

@@ -37,7 +37,7 @@ from agents.learned.placer import place
 from agents.learned.policy_file import new_network, shipped_policy_path
 from agents.training.lock import OutputLock
 from baselines.memory import PlacementInfeasibleError
-from baselines.placers import CONSTRUCTIVE, search_placers
+from baselines.placers import CONSTRUCTIVE, RUNTIME_DEFAULTS, search_placers
 from placement_env.graph.io import graph_digest
 from placement_env.json_files import digest_of, write_text_atomically
 from placement_env.sim.simulator import Simulator, lower_bound
@@ -55,8 +55,9 @@ def run_method(method: str, cell: Cell, budget_seconds: float, policy: str | Non
                     "lower_bound": float(lower_bound(graph, cluster))}
     began = time.perf_counter()
     try:
-        if method in CONSTRUCTIVE or method in SEARCHES:
-            placer = CONSTRUCTIVE[method] if method in CONSTRUCTIVE else search_placers(budget_seconds)[method]
+        if method in CONSTRUCTIVE or method in SEARCHES or method in RUNTIME_DEFAULTS:
+            placer = (CONSTRUCTIVE[method] if method in CONSTRUCTIVE else RUNTIME_DEFAULTS[method]
+                      if method in RUNTIME_DEFAULTS else search_placers(budget_seconds)[method])
             placement = placer(graph, cluster, seed)
         else:
             network = new_network() if method == "learned-scratch" else policy

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from baselines.placers import CONSTRUCTIVE
+from baselines.placers import CONSTRUCTIVE, RUNTIME_DEFAULTS
 from placement_env.cluster import Cluster
 from placement_env.zoo.registry import REAL_MODELS, load_graph
 from placement_env.zoo.suites import SUITE_NAMES
@@ -15,6 +15,7 @@ SUITES = tuple(SUITE_NAMES)  # ptb, cifar10, nmt
 REAL = tuple(REAL_MODELS)  # the six real models
 SEARCHES = ("local-search", "anneal")
 LEARNED = ("learned-scratch", "zero-shot", "fine-tuned")
+RUNTIME = tuple(RUNTIME_DEFAULTS)  # what accelerate and DeepSpeed do by default: graphs with module names only
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,13 @@ def held_out_cells(seeds: tuple[int, ...] = HELD_OUT_SEEDS, devices: tuple[int, 
     return cells + [Cell(model, real_devices) for model in REAL_MODELS]
 
 
-def methods(include_learned: bool = True) -> list[str]:
-    """Every benchmarked method, classical first."""
-    return list(CONSTRUCTIVE) + list(SEARCHES) + (list(LEARNED) if include_learned else [])
+def methods(include_learned: bool = True, include_runtime: bool = False) -> list[str]:
+    """Every benchmarked method, classical first; the runtimes' defaults (:data:`RUNTIME`, which need module
+    names) after the searches with ``include_runtime``."""
+    return (list(CONSTRUCTIVE) + list(SEARCHES) + (list(RUNTIME) if include_runtime else [])
+            + (list(LEARNED) if include_learned else []))
+
+
+def has_module_names(graph: str) -> bool:
+    """Whether graph ``graph`` (a name or a file) records module names (``from_torch``'s node field ``module``)."""
+    return any(node.module is not None for node in load_graph(graph).nodes)
