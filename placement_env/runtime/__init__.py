@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING
 from placement_env.lazy_names import lazy_attributes
 from placement_env.runtime.device_map import to_device_map
 from placement_env.runtime.local_cluster import local_cluster
-from placement_env.runtime.measured_step import MeasuredStep, measure_step
 from placement_env.runtime.split_points import SplitPoints, to_split_points
 
 if TYPE_CHECKING:
+    from placement_env.runtime.measured_step import MeasuredStep, measure_step
     from placement_env.runtime.placed_program import placed_module
-else:  # torch loads when placed_module is first used
-    __getattr__ = lazy_attributes("placement_env.runtime", {"placed_module": "placement_env.runtime.placed_program"},
+else:  # torch loads when placed_module or measure_step is first used
+    __getattr__ = lazy_attributes("placement_env.runtime", {"placed_module": "placement_env.runtime.placed_program",
+                                                            "measure_step": "placement_env.runtime.measured_step",
+                                                            "MeasuredStep": "placement_env.runtime.measured_step"},
                                   globals())
 
 __all__ = ["MeasuredStep", "SplitPoints", "local_cluster", "measure_step", "placed_module", "to_device_map",

@@ -20,6 +20,8 @@ import numpy as np
 
 from placement_env.cluster import Cluster, Device
 
+from .local_workers import run_on_local_workers
+
 PING_SIZES = (4, 4 << 10, 64 << 10, 512 << 10, 4 << 20)
 PING_ROUNDS = 15
 
@@ -71,8 +73,6 @@ def local_cluster(num_devices: int) -> Cluster:
     """
     if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
         raise ValueError(f"num_devices must be an integer >= 1, got {num_devices!r}")
-    from .local_workers import run_on_local_workers
-
     if num_devices > 1:
         one_way = run_on_local_workers(2, _ping_pong, (PING_SIZES, PING_ROUNDS))[0]
         latency, bandwidth = fit_link(np.array(PING_SIZES), np.array(one_way))
