@@ -309,8 +309,9 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
             called); a dict given as ``example_inputs`` is refused with a pointer here.
         name: the graph's name (default: the module's class name).
         device_kind: the roofline device of :data:`ROOFLINE_DEVICES` for op costs.
-        profile: measure op times on this machine instead of the roofline model: each op's forward and, in
-            the training graph, its backward (the op alone, its inputs leaves; where autograd cannot run an op
+        profile: measure op times on this machine instead of the roofline model: each op's forward (for the
+            training graph with autograd recording, as in a training step) and, in the training graph, its
+            backward (the op alone, its inputs leaves; where autograd cannot run an op
             alone, the 2x / 1x rule of :mod:`placement_env.graph.training`).
         repeats: timed runs per op with ``profile`` (the median is kept).
         training: return the training graph (forward + backward ops), else the forward graph.
@@ -345,7 +346,8 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
     gm, inputs, module = trace_model(module, example_inputs, example_kwargs, split_recurrent)
     recorder = _Recorder(gm, profile, repeats, backward=profile and training)
     try:
-        with torch.no_grad(), _quiet_torch_logs():  # a failing fake-tensor op logs a traceback of torch's own
+        # a profiled training graph times forward ops recording autograd, as a training step runs them
+        with torch.set_grad_enabled(profile and training), _quiet_torch_logs():  # quiet: fake-tensor tracebacks
             if profile:
                 recorder.run(*inputs)
             else:  # shapes, bytes and FLOPs need no arithmetic: run on fake tensors (no memory, no compute)
