@@ -21,7 +21,11 @@ local-search neighbours too, as minimum / median / maximum) and on two
 real CNN training graphs (``resnet101``, ``inception_v3``: 1.4 edges per op);
 the time per op on a 100-op and a 1,000-op graph (does the cost grow with the
 working set?), and the wall time of one ``simulate`` call on a 10,000-op
-training graph.
+training graph; the pipelined step (``microbatches=8``, 1F1B and GPipe) on the
+1,000-op graph's random placements, as a multiple of the plain step per
+placement (the target: at most ``1.5 x 8``), beside the plain kernel run on the
+unrolled graph itself (what the 8 x larger working set alone costs); and the
+plain step of a 2,000-op training graph on 64 devices (target: 1,000 a second).
 
 Every rate is the best of ``--repeats`` timed calls (default 5), taken in
 rounds over all the figures after one untimed round: on a shared virtual
@@ -44,6 +48,7 @@ from machine import machine_line, machine_summary
 from baselines import place
 from baselines.local_search import neighbours
 from placement_env import Cluster, layered_dag, load_graph, simulate, simulate_batch
+from placement_env.sim.pipeline import SCHEDULES, unrolled
 from placement_env.sim.reference import simulate_reference
 from placement_env.zoo.registry import SUITES
 
@@ -51,6 +56,9 @@ SIZE_RANGE = (900, 1100)  # "a training graph of about 1,000 ops"
 SIZED_SUITES = ("ptb", "nmt", "cifar10")
 CNN_GRAPHS = ("resnet101", "inception_v3")
 TARGET = 10_000  # evaluations per second
+MICROBATCHES = 8
+PIPELINE_TARGET = 1.5 * MICROBATCHES  # pipelined step's cost per placement, in plain steps
+WIDE_TARGET = 1_000  # evaluations per second of a 2,000-op graph on 64 devices
 
 
 REPEATS = 5
@@ -130,6 +138,15 @@ def main() -> None:
         "single_random": _each(simulate, graph, random_p[:300], cluster),
         "reference_random": _each(simulate_reference, graph, random_p[:10], cluster),
     }
+    step = unrolled(graph, MICROBATCHES)
+    for schedule in SCHEDULES:
+        calls[f"pipelined {schedule}"] = (functools.partial(
+            simulate_batch, graph, random_p[:250], cluster, check=False, microbatches=MICROBATCHES,
+            schedule=schedule), 250)
+    calls["plain kernel, unrolled graph"] = _batch(step.graph, random_p[:250][:, step.origin], cluster)
+    wide_graph, wide_cluster = layered_dag(0, num_ops=1000), Cluster.preset("a100-nvlink", 64)
+    calls["64 devices"] = _batch(wide_graph, rng.integers(0, 64, (500, wide_graph.num_units))[:, wide_graph.unit_of],
+                                 wide_cluster)
 
     graphs = {name: load_graph(name) for suite in SIZED_SUITES for name in SUITES[suite]}
     sized = [name for name, g_ship in graphs.items() if SIZE_RANGE[0] <= g_ship.num_nodes <= SIZE_RANGE[1]]
@@ -186,6 +203,13 @@ def main() -> None:
         "at_or_above_target": sum(r >= TARGET for r in neighbour_rates)}
     figures["ns_per_op_by_graph_size"] = {ops: 1e9 / rates[key] / ops for ops, key in sizes.items()}
     figures["big_graph"] = {"ops": big.num_nodes, "edges": big.num_edges, "seconds": 1.0 / rates["big"]}
+    plain = rates["batch_random"]
+    figures["pipelined_step"] = {
+        "microbatches": MICROBATCHES, "target_plain_steps": PIPELINE_TARGET,
+        "plain_steps_per_placement": {schedule: plain / rates[f"pipelined {schedule}"] for schedule in SCHEDULES},
+        "plain_kernel_on_the_unrolled_graph": plain / rates["plain kernel, unrolled graph"]}
+    figures["wide_cluster"] = {"ops": wide_graph.num_nodes, "devices": 64, "evals_per_s": rates["64 devices"],
+                               "target": WIDE_TARGET}
     figures["machine"] = machine_summary()
 
     print(machine_line(figures["machine"]))
@@ -213,6 +237,14 @@ def main() -> None:
         print(f"time per op, {ops:>5}-op graph, random placements: {ns:6.0f} ns")
     b = figures["big_graph"]
     print(f"{b['ops']:,}-op graph ({b['edges']:,} edges), one simulate call: {b['seconds'] * 1e3:.1f} ms")
+    z = figures["pipelined_step"]
+    for schedule, cost in z["plain_steps_per_placement"].items():
+        print(f"pipelined step, m = {MICROBATCHES}, {schedule:5}: {cost:5.1f} plain steps per placement "
+              f"(target <= {PIPELINE_TARGET:.0f}; the plain kernel on the unrolled graph: "
+              f"{z['plain_kernel_on_the_unrolled_graph']:.1f})")
+    z = figures["wide_cluster"]
+    print(f"{z['ops']:,}-op graph on 64 devices, random placements: {z['evals_per_s']:,.0f} evaluations/s "
+          f"(target {WIDE_TARGET:,})")
     if args.json:
         with open(args.json, "w") as stream:
             json.dump(figures, stream, indent=1)

@@ -20,7 +20,9 @@ import sys
 from placement_env.cli import (
     OneLineParser,
     add_graph_and_cluster_args,
+    add_step_args,
     check_output_paths,
+    checked_step_args,
     graph_and_cluster_from_args,
     run_cli,
 )
@@ -42,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="JSON list of device indices in node order, or object node id -> device")
     sim.add_argument("--param-factor", type=float, default=4.0,
                      help="static bytes per parameter byte (4 = training with Adam, 1 = inference)")
+    add_step_args(sim)
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     sim.add_argument("--trace", metavar="FILE",
                      help="also write the schedule and each device's memory over time as a Chrome trace "
@@ -113,14 +116,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     checked_param_factor(args.param_factor)
     graph, cluster = graph_and_cluster_from_args(args)
+    step = checked_step_args(args, graph)
     placement = read_placement(args.placement, graph)
-    result = simulate(graph, placement, cluster, param_factor=args.param_factor)
+    result = simulate(graph, placement, cluster, param_factor=args.param_factor, **step)
     if args.trace is not None:
         write_chrome_trace(args.trace, graph, cluster, result)
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0
-    print(f"graph {graph.name} ({graph.num_nodes} ops) on {cluster.name}")
+    pipelined = f", {step['microbatches']} micro-batches, {step['schedule']}" if step["microbatches"] > 1 else ""
+    print(f"graph {graph.name} ({graph.num_nodes} ops) on {cluster.name}{pipelined}")
     print(f"makespan     {result.makespan * 1e3:.3f} ms")
     print(f"lower bound  {result.lower_bound * 1e3:.3f} ms  (makespan / LB = {result.lb_ratio:.3f})")
     print(f"transfers    {result.schedule.num_transfers}")

@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from placement_env.cluster import DEFAULT_KIND, DEVICE_KINDS, Cluster
 from placement_env.graph.model import ComputationGraph
+from placement_env.sim.pipeline import DEFAULT_SCHEDULE, SCHEDULES, checked_microbatches, checked_schedule
 from placement_env.zoo.registry import load_graph
 
 
@@ -36,6 +37,29 @@ def add_graph_and_cluster_args(parser: argparse.ArgumentParser) -> None:
                         help=f"device kind for --devices (default {DEFAULT_KIND})")
     parser.add_argument("--memory-gib", type=float, metavar="GIB",
                         help="give every device this much memory (GiB), e.g. to place under memory pressure")
+
+
+def add_step_args(parser: argparse.ArgumentParser) -> None:
+    """``--microbatches`` and ``--schedule``: the pipelined step of ``docs/spec/simulator.md`` section 3a."""
+    parser.add_argument("--microbatches", type=_whole_number, default=1, metavar="M",
+                        help="cut the batch into M micro-batches that flow through the placement pipelined "
+                             "(default 1: the plain step)")
+    parser.add_argument("--schedule", default=DEFAULT_SCHEDULE, choices=SCHEDULES,
+                        help=f"pipeline schedule for --microbatches above 1 (default {DEFAULT_SCHEDULE})")
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+
+
+def checked_step_args(args: argparse.Namespace, graph: ComputationGraph) -> dict:
+    """``{"microbatches": m, "schedule": s}`` of the parsed step arguments, checked against ``graph``
+    (``ValueError`` naming a value below 1 or above the batch the graph was traced with)."""
+    return {"microbatches": checked_microbatches(args.microbatches, graph),
+            "schedule": checked_schedule(args.schedule)}
 
 
 def graph_and_cluster_from_args(args: argparse.Namespace) -> tuple[ComputationGraph, Cluster]:

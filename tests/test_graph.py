@@ -23,6 +23,8 @@ from placement_env import (
     to_training_graph,
     write_graph,
 )
+from placement_env.graph.coarsen import coarsen
+from placement_env.graph.io import graph_from_dict, graph_to_dict
 from placement_env.graph.training import BACKWARD_COST_NO_PARAMS, BACKWARD_COST_WITH_PARAMS
 
 
@@ -309,3 +311,23 @@ def test_an_unknown_graph_name_suggests_the_nearest_shipped_names(name, suggesti
 
     with pytest.raises(ValueError, match=f"did you mean {suggestion}"):
         load_graph(name)
+
+
+def test_the_traced_batch_is_kept_through_files_and_transforms(tmp_path):
+    g = ComputationGraph([Node("a", "op", 1.0, 8), Node("b", "op", 1.0, 8)], [Edge("a", "b")], name="b", batch=16)
+    write_graph(g, tmp_path / "g.json")
+    assert read_graph(tmp_path / "g.json").batch == 16
+    assert graph_to_dict(g)["batch"] == 16
+    assert g.with_name("c").without_modules().batch == 16
+    assert to_training_graph(g).batch == 16 and coarsen(g, 1).batch == 16
+    assert "batch" not in graph_to_dict(ComputationGraph(g.nodes, g.edges()))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "8"])
+def test_a_bad_batch_is_refused_by_name(bad):
+    with pytest.raises(ValueError, match="batch must be an integer >= 1"):
+        ComputationGraph([Node("a", "op", 1.0)], batch=bad)
+    data = graph_to_dict(ComputationGraph([Node("a", "op", 1.0)]))
+    data["batch"] = bad
+    with pytest.raises(ValueError, match="'batch' must be an integer >= 1"):
+        graph_from_dict(data)

@@ -206,3 +206,9 @@ def test_a_4_layer_lstm_goes_one_layer_per_device():
     unit_device = graph.unit_placement(placement)
     assert sorted(unit_device[layers].tolist()) == [0, 1, 2, 3]
     assert not simulate(graph, placement, cluster).oom
+
+
+def test_the_graph_records_the_batch_it_was_traced_with():
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
+    assert from_torch(model, (torch.randn(6, 4),)).batch == 6
+    assert from_torch(model, (torch.randn(6, 4),), training=True).batch == 6

@@ -9,6 +9,7 @@ import numpy as np
 
 from placement_env.checks import checked_finite
 from placement_env.envs.task import DEFAULT_MAX_UNITS, REWARD_SCALES, Episode, PlacementTask
+from placement_env.sim.pipeline import DEFAULT_SCHEDULE
 
 
 class PlacementEnvBase(gym.Env):
@@ -19,13 +20,14 @@ class PlacementEnvBase(gym.Env):
     def _setup(self, graph: Any, num_devices: int | None, cluster: Any, max_nodes: int | None,
                max_devices: int | None, reward_scale: str, memory_penalty: float, initial_placement: str,
                param_factor: float, device_kind: str, flatten: bool, render_mode: str | None,
-               max_edges: int | None = None, max_units: int | None = DEFAULT_MAX_UNITS) -> None:
+               max_edges: int | None = None, max_units: int | None = DEFAULT_MAX_UNITS, microbatches: int = 1,
+               schedule: str = DEFAULT_SCHEDULE) -> None:
         if reward_scale not in REWARD_SCALES:
             raise ValueError(f"reward_scale must be one of {REWARD_SCALES}, got {reward_scale!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.task = PlacementTask(graph, num_devices, cluster, max_nodes, max_devices, param_factor, device_kind,
-                                  flatten, max_edges, max_units)
+                                  flatten, max_edges, max_units, microbatches, schedule)
         self.reward_scale = reward_scale
         self.memory_penalty = checked_finite("memory_penalty", memory_penalty, 0.0)
         self.initial_placement = initial_placement

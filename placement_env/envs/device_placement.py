@@ -11,6 +11,7 @@ from placement_env.checks import checked_count
 from placement_env.cluster import DEFAULT_KIND
 from placement_env.envs.base import PlacementEnvBase
 from placement_env.envs.task import DEFAULT_MAX_UNITS
+from placement_env.sim.pipeline import DEFAULT_SCHEDULE
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
 
 
@@ -85,6 +86,8 @@ class DevicePlacementEnv(PlacementEnvBase):
     * ``initial_placement``: ``"single"`` (default), ``"random"``, ``"round_robin"`` or a
       placer name from ``baselines`` (``"heft"``, ``"m-etf"``...);
     * ``param_factor``: static bytes per parameter byte (4 = Adam training);
+    * ``microbatches`` m (default 1) and ``schedule`` (``"1f1b"``, default, or ``"gpipe"``): the step simulated,
+      pipelined in m micro-batches above 1 (``docs/spec/simulator.md`` section 3a);
     * ``flatten``: 1-D ``embedding`` / ``edge_index`` (default True, see above);
     * ``render_mode``: ``"rgb_array"`` (Gantt chart) or ``"ansi"`` (text).
     """
@@ -94,10 +97,12 @@ class DevicePlacementEnv(PlacementEnvBase):
                  reward_scale: str = "relative", memory_penalty: float = 10.0, initial_placement: str = "single",
                  param_factor: float = DEFAULT_PARAM_FACTOR, device_kind: str = DEFAULT_KIND,
                  flatten: bool = True, render_mode: str | None = None,
-                 max_edges: int | None = None, max_units: int | None = DEFAULT_MAX_UNITS) -> None:
+                 max_edges: int | None = None, max_units: int | None = DEFAULT_MAX_UNITS, microbatches: int = 1,
+                 schedule: str = DEFAULT_SCHEDULE) -> None:
         episode_length = checked_count("episode_length", episode_length)
         self._setup(graph, num_devices, cluster, max_nodes, max_devices, reward_scale, memory_penalty,
-                    initial_placement, param_factor, device_kind, flatten, render_mode, max_edges, max_units)
+                    initial_placement, param_factor, device_kind, flatten, render_mode, max_edges, max_units,
+                    microbatches, schedule)
         self.episode_length = int(episode_length)
         self.action_space = spaces.MultiDiscrete(np.full(self.task.max_nodes, self.task.max_devices))
         self._steps = 0

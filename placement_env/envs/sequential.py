@@ -12,6 +12,7 @@ from placement_env.cluster import DEFAULT_KIND
 from placement_env.envs.base import PlacementEnvBase
 from placement_env.envs.task import DEFAULT_MAX_UNITS
 from placement_env.graph.traversal import TRAVERSAL_ORDERS, traversal_order
+from placement_env.sim.pipeline import DEFAULT_SCHEDULE
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
 
 
@@ -57,7 +58,7 @@ class DevicePlacementSequentialEnv(PlacementEnvBase):
 
     As ``DevicePlacement-v0`` (``graph``, ``num_devices`` / ``cluster``,
     ``max_nodes``, ``max_devices``, ``max_units``, ``reward_scale``, ``memory_penalty``,
-    ``initial_placement``, ``param_factor``, ``flatten``, ``render_mode``), plus
+    ``initial_placement``, ``param_factor``, ``microbatches``, ``schedule``, ``flatten``, ``render_mode``), plus
     ``traversal_order``: ``"topological"`` (default), ``"reverse_topological"``,
     ``"bfs"``, ``"dfs"`` or ``"random"`` (a new order per episode), and
     ``passes`` (default 1).
@@ -68,12 +69,14 @@ class DevicePlacementSequentialEnv(PlacementEnvBase):
                  passes: int = 1, reward_scale: str = "relative", memory_penalty: float = 10.0,
                  initial_placement: str = "single", param_factor: float = DEFAULT_PARAM_FACTOR,
                  device_kind: str = DEFAULT_KIND, flatten: bool = True, render_mode: str | None = None,
-                 max_edges: int | None = None, max_units: int | None = DEFAULT_MAX_UNITS) -> None:
+                 max_edges: int | None = None, max_units: int | None = DEFAULT_MAX_UNITS, microbatches: int = 1,
+                 schedule: str = DEFAULT_SCHEDULE) -> None:
         if traversal_order not in TRAVERSAL_ORDERS:
             raise ValueError(f"unknown traversal_order {traversal_order!r}; use one of {', '.join(TRAVERSAL_ORDERS)}")
         passes = checked_count("passes", passes)
         self._setup(graph, num_devices, cluster, max_nodes, max_devices, reward_scale, memory_penalty,
-                    initial_placement, param_factor, device_kind, flatten, render_mode, max_edges, max_units)
+                    initial_placement, param_factor, device_kind, flatten, render_mode, max_edges, max_units,
+                    microbatches, schedule)
         self.traversal_order = traversal_order
         self.passes = int(passes)
         self.action_space = spaces.Discrete(self.task.max_devices)

@@ -20,6 +20,7 @@ from placement_env.cluster import DEFAULT_KIND, Cluster
 from placement_env.graph.coarsen import coarsen
 from placement_env.graph.model import ComputationGraph
 from placement_env.graph.units import STATIC_FEATURES, UnitGraph, unit_graph
+from placement_env.sim.pipeline import DEFAULT_SCHEDULE, checked_microbatches, checked_schedule
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, checked_param_factor, lb_ratio
 from placement_env.zoo.registry import SUITES, load_graph, load_suite
 
@@ -105,14 +106,21 @@ class PlacementTask:
             which stable-baselines3 expects of a ``Box``) instead of as matrices.
         max_units: a graph with more placement units is coarsened to this many (:func:`fit_units`; default
             2,000; None: never).
+        microbatches, schedule: the step simulated: m >= 1 micro-batches under ``"1f1b"`` or ``"gpipe"``
+            (``docs/spec/simulator.md`` section 3a; default 1, the plain step).
     """
 
     def __init__(self, graph="default", num_devices: int | None = None, cluster=None, max_nodes: int | None = None,
                  max_devices: int | None = None, param_factor: float = DEFAULT_PARAM_FACTOR,
                  device_kind: str = DEFAULT_KIND, flatten: bool = True, max_edges: int | None = None,
-                 max_units: int | None = DEFAULT_MAX_UNITS) -> None:
+                 max_units: int | None = DEFAULT_MAX_UNITS, microbatches: int = 1,
+                 schedule: str = DEFAULT_SCHEDULE) -> None:
         self.flatten = bool(flatten)
         self.graphs = [fit_units(g, max_units) for g in resolve_graphs(graph)]
+        self.schedule = checked_schedule(schedule)
+        self.microbatches = checked_microbatches(microbatches)
+        for g in self.graphs:
+            checked_microbatches(microbatches, g)
         self.units: list[UnitGraph] = [unit_graph(g) for g in self.graphs]
         self.cluster = _resolve_cluster(num_devices, cluster, device_kind)
         self.param_factor = checked_param_factor(param_factor)
@@ -191,7 +199,8 @@ class PlacementTask:
     def simulator(self, gi: int) -> Simulator:
         sim = self._simulators.get(gi)
         if sim is None:
-            sim = self._simulators[gi] = Simulator(self.graphs[gi], self.cluster, self.param_factor)
+            sim = self._simulators[gi] = Simulator(self.graphs[gi], self.cluster, self.param_factor,
+                                                             self.microbatches, self.schedule)
         return sim
 
     def checked_units(self, gi: int, unit_devices: np.ndarray) -> np.ndarray:

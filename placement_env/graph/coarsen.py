@@ -128,7 +128,7 @@ def coarsen(graph: ComputationGraph, max_units: int, name: str | None = None) ->
     groups = {root: f"coarse{i}" for i, root in enumerate(units.roots())}
     nodes = [Node(n.id, n.op, n.cost, n.output_bytes, n.param_bytes, groups[units.find(int(graph.unit_of[i]))],
                   n.flops, n.phase, n.module) for i, n in enumerate(graph.nodes)]
-    return ComputationGraph(nodes, graph.edges(), name=name or f"{graph.name}-coarse{max_units}")
+    return ComputationGraph(nodes, graph.edges(), name=name or f"{graph.name}-coarse{max_units}", batch=graph.batch)
 
 
 def coarsen_to_fit(graph: ComputationGraph, max_units: int, max_unit_edges: int) -> ComputationGraph:

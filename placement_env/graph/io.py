@@ -24,7 +24,7 @@ GRAPH_FORMAT = "device-placement-graph"
 GRAPH_VERSION = 1
 _NODE_FIELDS = ("id", "op", "cost", "output_bytes", "param_bytes", "colocation", "flops", "phase", "module")
 _OPTIONAL = ("colocation", "flops", "phase", "module")
-_GRAPH_FIELDS = ("format", "version", "name", "nodes", "edges")
+_GRAPH_FIELDS = ("format", "version", "name", "batch", "nodes", "edges")
 
 
 def graph_to_dict(graph: ComputationGraph) -> dict:
@@ -41,7 +41,11 @@ def graph_to_dict(graph: ComputationGraph) -> dict:
         nodes.append(d)
     edges = [{"src": e.src, "dst": e.dst, "bytes": _compact(e.bytes if e.bytes is not None else 0.0)}
              for e in graph.edges()]
-    return {"format": GRAPH_FORMAT, "version": GRAPH_VERSION, "name": graph.name, "nodes": nodes, "edges": edges}
+    out: dict[str, Any] = {"format": GRAPH_FORMAT, "version": GRAPH_VERSION, "name": graph.name}
+    if graph.batch is not None:
+        out["batch"] = graph.batch
+    out.update(nodes=nodes, edges=edges)
+    return out
 
 
 def graph_digest(graph: ComputationGraph) -> str:
@@ -105,8 +109,11 @@ def graph_from_dict(data: Any, source: str = "graph") -> ComputationGraph:
     name = data.get("name", source)
     if not isinstance(name, str):
         raise ValueError(f"{source}: 'name' must be a string, got {name!r}")
+    batch = data.get("batch")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise ValueError(f"{source}: 'batch' must be an integer >= 1, got {batch!r}")
     try:
-        return ComputationGraph(nodes, edges, name=name)
+        return ComputationGraph(nodes, edges, name=name, batch=batch)
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
 

@@ -93,15 +93,21 @@ class ComputationGraph:
         nodes: the operations; their order is the node *index* 0..N-1.
         edges: the data dependencies (at most one per ordered pair).
         name: a label used in messages and reports.
+        batch: the size of the batch the graph was traced with (an integer >= 1), where known: it bounds the
+            micro-batches of a pipelined step (``docs/spec/simulator.md`` sections 1 and 3a).
 
     Raises:
-        ValueError: naming the offending node or edge for an empty graph, a
+        ValueError: a ``batch`` that is not an integer >= 1; naming the offending node or edge for an empty graph, a
             duplicate id, a negative / NaN / infinite number, a self-loop, an
             edge to an unknown node, a duplicate edge, or a cycle.
     """
 
-    def __init__(self, nodes: Sequence[Node], edges: Iterable[Edge] = (), name: str = "graph") -> None:
+    def __init__(self, nodes: Sequence[Node], edges: Iterable[Edge] = (), name: str = "graph",
+                 batch: int | None = None) -> None:
         self.name = str(name)
+        if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+            raise ValueError(f"graph {self.name!r}: batch must be an integer >= 1, got {batch!r}")
+        self.batch = batch
         nodes = list(nodes)
         if not nodes:
             raise ValueError(f"graph {self.name!r} is empty: it has no nodes")
@@ -385,11 +391,12 @@ class ComputationGraph:
         return cls(nodes, edges, name=name if name is not None else (g.graph.get("name") or "graph"))
 
     def with_name(self, name: str) -> ComputationGraph:
-        return ComputationGraph(self.nodes, self.edges(), name=name)
+        return ComputationGraph(self.nodes, self.edges(), name=name, batch=self.batch)
 
     def without_modules(self) -> ComputationGraph:
         """The same graph with no op's ``module`` recorded (as graphs were before module names)."""
-        return ComputationGraph([replace(n, module=None) for n in self.nodes], self.edges(), name=self.name)
+        return ComputationGraph([replace(n, module=None) for n in self.nodes], self.edges(), name=self.name,
+                                batch=self.batch)
 
     def edges(self) -> list[Edge]:
         """The edges as :class:`Edge` records, in stored order."""

@@ -79,4 +79,4 @@ def to_training_graph(forward: ComputationGraph, name: str | None = None,
     for s in range(forward.num_nodes):
         if forward.out_degree[s] == 0:
             edges.append(Edge(forward.nodes[s].id, grad_id[s], forward.nodes[s].output_bytes))
-    return ComputationGraph(nodes, edges, name=name or f"{forward.name}-train")
+    return ComputationGraph(nodes, edges, name=name or f"{forward.name}-train", batch=forward.batch)

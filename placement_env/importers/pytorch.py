@@ -295,6 +295,16 @@ def trace_model(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor 
     return gm, inputs, module
 
 
+def _batch_of(inputs: Sequence[Any]) -> int | None:
+    """The leading dimension of the first input tensor with one (the batch the graph is traced with)."""
+    import torch.utils._pytree as pytree
+
+    for x in pytree.tree_leaves(list(inputs)):
+        if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] >= 1:
+            return int(x.shape[0])
+    return None
+
+
 def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor = (), *, name: str | None = None,
                device_kind: str = "p100", profile: bool = False, repeats: int = 5,
                training: bool = True, shared_parameters: bool = True,
@@ -425,7 +435,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
                   module=x.module) for x in nodes]
     if colocate_modules is not False:
         nodes = colocate_by_module(nodes, None if colocate_modules is True else colocate_modules)
-    graph = ComputationGraph(nodes, edges, name=name or type(module).__name__)
+    graph = ComputationGraph(nodes, edges, name=name or type(module).__name__, batch=_batch_of(inputs))
     if not training:
         return graph
     backward_costs = {op: record["measured_backward"] for op, record in recorder.records.items()

@@ -22,6 +22,7 @@ from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
 from placement_env.json_files import write_json_file
 from placement_env.sim.memory_timeline import memory_timeline
+from placement_env.sim.pipeline import stepped_graph
 from placement_env.sim.simulator import SimulationResult
 
 US_PER_SECOND = 1e6
@@ -36,6 +37,7 @@ def chrome_trace(graph: ComputationGraph, cluster: Cluster, result: SimulationRe
         raise ValueError(f"the result is of a cluster of {len(result.peak_memory)} devices, "
                          f"not of {cluster.name!r} ({m} devices)")
     timeline = memory_timeline(graph, result)  # first: it checks that the schedule is one of this graph
+    graph = stepped_graph(graph, result.microbatches)
     names = [device.name for device in cluster.devices]
     events: list[dict] = []
     for d, name in enumerate(names):

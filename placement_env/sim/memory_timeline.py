@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from placement_env.graph.model import ComputationGraph
+from placement_env.sim.pipeline import stepped_graph
 from placement_env.sim.simulator import SimulationResult
 
 # (alloc time, free time, bytes): seconds, seconds, bytes
@@ -78,6 +79,7 @@ def memory_timeline(graph: ComputationGraph, result: SimulationResult) -> list[t
     that instant. ``used.max()`` equals ``result.peak_memory`` of that device (exactly when
     sizes are whole bytes; fractional sizes may differ in the last bits, the sums being in another order).
     """
+    graph = stepped_graph(graph, result.microbatches)
     schedule = result.schedule
     if tuple(schedule.node_ids) != tuple(graph.ids):
         raise ValueError(f"the result is a schedule of {len(schedule.node_ids)} other ops, "

@@ -1,7 +1,8 @@
 """The simulator semantics written literally, with one ``heapq`` event queue.
 
-This is the readable statement of ``docs/spec/simulator.md`` section 3 and
-the oracle the compiled simulator is tested against (results must be
+This is the readable statement of ``docs/spec/simulator.md`` sections 3 and 3a (the pipelined step: the
+unrolled graph of :mod:`placement_env.sim.pipeline`, each device choosing its next op by the schedule) and
+the oracle the compiled simulators are tested against (results must be
 identical, not close). It is much slower (``docs/simulator.md``; ``benchmarks/simulator.py`` prints both
 speeds).
 
@@ -15,18 +16,86 @@ from __future__ import annotations
 
 import heapq
 
+import numpy as np
+
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
 from placement_env.sim.memory_timeline import buffer_lifetimes, static_memory
+from placement_env.sim.pipeline import FORWARD, schedule_keys, stage_caps, unrolled
 
 OP_DONE, TRANSFER_DONE, BOOK, START = 0, 1, 2, 3
 
 
-def simulate_reference(graph: ComputationGraph, placement, cluster: Cluster, param_factor: float = 4.0) -> dict:
+class _EarliestReady:
+    """Section 3's choice: of the ready ops of a device, the smallest (ready time, topological index)."""
+
+    def __init__(self, m: int, topo: list[int]) -> None:
+        self.queues: list[list[tuple[float, int, int]]] = [[] for _ in range(m)]
+        self.topo = topo
+
+    def push(self, d: int, v: int, t: float) -> None:
+        heapq.heappush(self.queues[d], (t, self.topo[v], v))
+
+    def pop(self, d: int) -> int | None:
+        return heapq.heappop(self.queues[d])[2] if self.queues[d] else None
+
+    def ended(self, d: int, v: int) -> None:
+        pass
+
+
+class _Schedule:
+    """Section 3a's choice: the smallest (class, micro-batch, topological index) of the ready ops that may
+    start; under 1F1B a forward op of micro-batch k on d only while ``k < retired[d] + cap[d]``."""
+
+    def __init__(self, m: int, keys: list[int], micro: list[int], forward: list[bool], p: list[int],
+                 microbatches: int, caps: list[int] | None) -> None:
+        self.queues: list[list[tuple[int, int]]] = [[] for _ in range(m)]
+        self.keys, self.micro, self.forward, self.caps = keys, micro, forward, caps
+        self.left = [[0] * (microbatches + 1) for _ in range(m)]  # ops of each micro-batch not yet ended
+        for v, d in enumerate(p):
+            self.left[d][micro[v]] += 1
+        self.retired = [0] * m
+        self.microbatches = microbatches
+
+    def push(self, d: int, v: int, t: float) -> None:
+        heapq.heappush(self.queues[d], (self.keys[v], v))
+
+    def pop(self, d: int) -> int | None:
+        q = self.queues[d]
+        for _, v in sorted(q):
+            if self.caps is not None and self.forward[v] and self.micro[v] >= self.retired[d] + self.caps[d]:
+                continue
+            q.remove((self.keys[v], v))
+            heapq.heapify(q)
+            return v
+        return None
+
+    def ended(self, d: int, v: int) -> None:
+        self.left[d][self.micro[v]] -= 1
+        while self.retired[d] < self.microbatches and self.left[d][self.retired[d]] == 0:
+            self.retired[d] += 1
+
+
+def simulate_reference(graph: ComputationGraph, placement, cluster: Cluster, param_factor: float = 4.0,
+                       microbatches: int = 1, schedule: str = "1f1b") -> dict:
     """Simulate one placement. Returns ``makespan``, ``peak_memory``, ``busy``, ``start``,
-    ``end`` (node order) and ``transfers`` (``(node, src, dst, bytes, start, end)`` in booking order)."""
-    n, m = graph.num_nodes, cluster.num_devices
+    ``end`` (node order) and ``transfers`` (``(node, src, dst, bytes, start, end)`` in booking order); for
+    ``microbatches`` > 1 those of the unrolled step (node order of its graph, ``unrolled(graph, m).graph``)."""
     p = [int(x) for x in placement]
+    if microbatches == 1:
+        return _simulate(graph, p, cluster, param_factor, _EarliestReady(cluster.num_devices,
+                                                                         graph.topo_index.tolist()))
+    step = unrolled(graph, microbatches)
+    caps = stage_caps(graph, np.array(p, np.int64), cluster.num_devices).tolist() if schedule == "1f1b" else None
+    up = [p[i] for i in step.origin.tolist()]
+    chooser = _Schedule(cluster.num_devices, schedule_keys(step, schedule).tolist(), step.micro.tolist(),
+                        (step.kind == FORWARD).tolist(), up, microbatches, caps)
+    return _simulate(step.graph, up, cluster, param_factor, chooser)
+
+
+def _simulate(graph: ComputationGraph, p: list[int], cluster: Cluster, param_factor: float,
+              chooser: _EarliestReady | _Schedule) -> dict:
+    n, m = graph.num_nodes, cluster.num_devices
     topo = graph.topo_index.tolist()
     cost = graph.cost.tolist()
     speed = cluster.speed.tolist()
@@ -40,7 +109,6 @@ def simulate_reference(graph: ComputationGraph, placement, cluster: Cluster, par
     end = [0.0] * n
     busy = [0.0] * m
     running = [False] * m
-    ready: list[list[tuple[float, int, int]]] = [[] for _ in range(m)]  # (ready time, topo, node)
     send_free = [0.0] * m
     recv_free = [0.0] * m
     transfers: list[tuple[int, int, int, float, float, float]] = []
@@ -49,16 +117,15 @@ def simulate_reference(graph: ComputationGraph, placement, cluster: Cluster, par
     events: list[tuple] = []
     for v in range(n):
         if missing[v] == 0:
-            ready[p[v]].append((0.0, topo[v], v))
+            chooser.push(p[v], v, 0.0)
     for d in range(m):
-        heapq.heapify(ready[d])
         heapq.heappush(events, (0.0, START, d))
 
     def input_arrives(v: int, t: float) -> None:
         input_ready[v] = max(input_ready[v], t)
         missing[v] -= 1
         if missing[v] == 0:
-            heapq.heappush(ready[p[v]], (t, topo[v], v))
+            chooser.push(p[v], v, t)
             heapq.heappush(events, (t, START, p[v]))
 
     while events:
@@ -68,6 +135,7 @@ def simulate_reference(graph: ComputationGraph, placement, cluster: Cluster, par
             u = ev[3]
             a = p[u]
             running[a] = False
+            chooser.ended(a, u)
             remote: dict[int, float] = {}
             for v, b in succ[u]:
                 if p[v] == a:
@@ -93,8 +161,10 @@ def simulate_reference(graph: ComputationGraph, placement, cluster: Cluster, par
             transfers.append((u, a, dst, nbytes, s, e))
         else:  # START
             d = ev[2]
-            if not running[d] and ready[d]:
-                _, tv, v = heapq.heappop(ready[d])
+            chosen = None if running[d] else chooser.pop(d)
+            if chosen is not None:
+                v = chosen
+                tv = topo[v]
                 dur = cost[v] / speed[d]
                 start[v], end[v] = t, t + dur
                 busy[d] += dur

@@ -21,6 +21,8 @@ from placement_env.checks import checked_finite, checked_instance
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
 from placement_env.sim.kernel import Workspace, sim_batch, sim_core
+from placement_env.sim.pipeline import DEFAULT_SCHEDULE, checked_microbatches, checked_schedule, unrolled
+from placement_env.sim.pipeline_kernel import PipelineWorkspace, pipeline_batch, pipeline_core, schedule_arrays
 
 DEFAULT_PARAM_FACTOR = 4.0
 """Static memory per parameter byte when training with Adam: weights, gradients, two moments."""
@@ -105,6 +107,9 @@ class SimulationResult:
         schedule: every op and transfer with device, start and end.
         lower_bound: :func:`lower_bound` of the graph on the cluster, seconds.
         param_factor: the static bytes held per parameter byte the step was simulated with.
+        microbatches: the micro-batches of the step (1: the plain step; above, ``schedule`` is of the
+            unrolled graph, ``placement_env.sim.pipeline.unrolled(graph, microbatches).graph``).
+        pipeline_schedule: the pipeline schedule of a step of more than one micro-batch.
     """
 
     makespan: float
@@ -114,6 +119,8 @@ class SimulationResult:
     schedule: Schedule
     lower_bound: float
     param_factor: float = DEFAULT_PARAM_FACTOR
+    microbatches: int = 1
+    pipeline_schedule: str = DEFAULT_SCHEDULE
 
     @property
     def lb_ratio(self) -> float:
@@ -127,6 +134,8 @@ class SimulationResult:
             "peak_memory": [int(x) for x in self.peak_memory],
             "busy": [float(x) for x in self.busy],
             "oom": bool(self.oom),
+            **({"microbatches": self.microbatches, "schedule": self.pipeline_schedule} if self.microbatches > 1
+               else {}),
         }
 
 
@@ -278,44 +287,71 @@ class Simulator:
     :meth:`simulate` (with schedule) many times.
     """
 
-    def __init__(self, graph: ComputationGraph, cluster: Cluster, param_factor: float = DEFAULT_PARAM_FACTOR):
+    def __init__(self, graph: ComputationGraph, cluster: Cluster, param_factor: float = DEFAULT_PARAM_FACTOR,
+                 microbatches: int = 1, schedule: str = DEFAULT_SCHEDULE):
         self.graph = checked_instance("graph", graph, ComputationGraph)
         self.cluster = checked_instance("cluster", cluster, Cluster)
         self.param_factor = checked_param_factor(param_factor)
-        self._prep = _prepare(graph)
-        self._ws = Workspace(graph.num_nodes, graph.num_edges, cluster.num_devices)
-        self.lower_bound = lower_bound(graph, cluster)
+        self.microbatches = checked_microbatches(microbatches, graph)
+        self.schedule = checked_schedule(schedule)
+        m = cluster.num_devices
+        if self.microbatches == 1:
+            self._step = None
+            self._prep = _prepare(graph)
+            self._ws: Workspace | PipelineWorkspace = Workspace(graph.num_nodes, graph.num_edges, m)
+            self.lower_bound = lower_bound(graph, cluster)
+        else:  # the unrolled step of section 3a
+            self._step = unrolled(graph, self.microbatches)
+            step = self._step.graph
+            self._prep = _prepare(step)
+            self._pipe = schedule_arrays(self._step, self.schedule, self._prep.order)
+            self._ws = PipelineWorkspace(step.num_nodes, step.num_edges, m)
+            self.lower_bound = lower_bound(step, cluster)
 
     def _kernel_args(self) -> tuple:
         prep = self._prep
         return (prep.cost, prep.out_bytes, prep.param_bytes, prep.sptr, prep.sdst, prep.sbytes, prep.indeg,
                 prep.iptr, prep.in_slot)
 
+    def _core(self, placement: np.ndarray) -> tuple[float, int]:
+        """One kernel run of a validated int64 node placement (results in the workspace)."""
+        c, ws = self.cluster, self._ws
+        if self._step is None:
+            return sim_core(*self._kernel_args(), placement[self._prep.order], c.speed, c.bandwidth, c.latency,
+                            self.param_factor, *ws.buffers())
+        gather, *rule = self._pipe
+        return pipeline_core(*self._kernel_args(), placement[gather], *rule, self.microbatches,
+                             c.speed, c.bandwidth, c.latency, self.param_factor, *ws.buffers())
+
     def run(self, placement: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """``(makespan, peak_memory, busy)`` of a *validated* int64 node placement (arrays are copies)."""
-        c, ws = self.cluster, self._ws
-        makespan, _ = sim_core(*self._kernel_args(), placement[self._prep.order], c.speed, c.bandwidth, c.latency,
-                               self.param_factor, *ws.buffers())
-        return float(makespan), ws.peak.copy(), ws.busy.copy()
+        makespan, _ = self._core(placement)
+        return float(makespan), self._buffers().peak.copy(), self._buffers().busy.copy()
+
+    def _buffers(self) -> Workspace:
+        return self._ws.plain if isinstance(self._ws, PipelineWorkspace) else self._ws
 
     def simulate(self, placement) -> SimulationResult:
-        """Validate ``placement`` and simulate it, with the full schedule."""
-        graph, c, ws = self.graph, self.cluster, self._ws
-        p = check_placement(graph, placement, c)
-        order = self._prep.order
-        makespan, nx = sim_core(*self._kernel_args(), p[order], c.speed, c.bandwidth, c.latency,
-                                self.param_factor, *ws.buffers())
+        """Validate ``placement`` and simulate it, with the full schedule (of the unrolled step, ops
+        ``v@k``, when pipelined)."""
+        c = self.cluster
+        p = check_placement(self.graph, placement, c)
+        makespan, nx = self._core(p)
         if nx < 0:  # pragma: no cover - the graph was validated acyclic
             raise RuntimeError("simulation deadlocked")
+        ws = self._buffers()
+        graph = self.graph if self._step is None else self._step.graph
+        op_device = p if self._step is None else p[self._step.origin]
+        order = self._prep.order
         start = np.empty(graph.num_nodes)
         end = np.empty(graph.num_nodes)
         start[order] = ws.start
         end[order] = ws.end
-        schedule = Schedule(graph.ids, p.copy(), start, end, order[ws.xsrc[:nx]], ws.xa[:nx].copy(),
+        schedule = Schedule(graph.ids, op_device.copy(), start, end, order[ws.xsrc[:nx]], ws.xa[:nx].copy(),
                             ws.xb[:nx].copy(), ws.xbytes[:nx].copy(), ws.xs[:nx].copy(), ws.xe[:nx].copy())
         peak = ws.peak.copy()
         return SimulationResult(float(makespan), peak, ws.busy.copy(), bool(np.any(peak > c.memory)), schedule,
-                                self.lower_bound, self.param_factor)
+                                self.lower_bound, self.param_factor, self.microbatches, self.schedule)
 
     def simulate_batch(self, placements, check: bool = True) -> BatchResult:
         """Evaluate B node placements (B x N) in one kernel call; see :func:`simulate_batch`."""
@@ -329,14 +365,19 @@ class Simulator:
             P = np.stack(rows) if rows else P.astype(np.int64)
         b, m = P.shape[0], c.num_devices
         out_mk, out_peak, out_busy = np.zeros(b), np.zeros((b, m)), np.zeros((b, m))
-        sim_batch(*self._kernel_args(), np.ascontiguousarray(P, dtype=np.int64), self._prep.order,
-                  c.speed, c.bandwidth, c.latency, self.param_factor,
-                  *ws.buffers(), out_mk, out_peak, out_busy)
+        P = np.ascontiguousarray(P, dtype=np.int64)
+        if self._step is None:
+            sim_batch(*self._kernel_args(), P, self._prep.order, c.speed, c.bandwidth, c.latency,
+                      self.param_factor, *ws.buffers(), out_mk, out_peak, out_busy)
+        else:
+            pipeline_batch(*self._kernel_args(), P, *self._pipe, self.microbatches, c.speed, c.bandwidth,
+                           c.latency, self.param_factor, *ws.buffers(), out_mk, out_peak, out_busy)
         return BatchResult(out_mk, out_peak, out_busy, np.any(out_peak > c.memory[None, :], axis=1))
 
 
 def simulate(graph: ComputationGraph, placement: Sequence[int] | np.ndarray, cluster: Cluster,
-             param_factor: float = DEFAULT_PARAM_FACTOR) -> SimulationResult:
+             param_factor: float = DEFAULT_PARAM_FACTOR, microbatches: int = 1,
+             schedule: str = DEFAULT_SCHEDULE) -> SimulationResult:
     """Simulate one training step of ``graph`` placed by ``placement`` on ``cluster``.
 
     Args:
@@ -344,23 +385,31 @@ def simulate(graph: ComputationGraph, placement: Sequence[int] | np.ndarray, clu
         placement: a device index per node, in node order.
         cluster: the devices and links.
         param_factor: static bytes held per parameter byte (4 = Adam training, 1 = inference).
+        microbatches: m >= 1; above 1, the pipelined step of m micro-batches (spec section 3a).
+        schedule: ``"1f1b"`` or ``"gpipe"``, the pipeline schedule (ignored for m = 1).
 
     Returns:
         The makespan in seconds, per-device peak memory (bytes) and busy time
-        (seconds), the OOM flag and the full schedule.
+        (seconds), the OOM flag and the full schedule (of the unrolled step when pipelined); the lower
+        bound is that of the unrolled step.
+
+    Raises:
+        ValueError: a bad placement (naming the node), ``param_factor``, ``microbatches`` (not an integer,
+            below 1, above the graph's ``batch``) or an unknown ``schedule``.
     """
-    return Simulator(graph, cluster, param_factor).simulate(placement)
+    return Simulator(graph, cluster, param_factor, microbatches, schedule).simulate(placement)
 
 
 def simulate_batch(graph: ComputationGraph, placements, cluster: Cluster,
-                   param_factor: float = DEFAULT_PARAM_FACTOR, check: bool = True) -> BatchResult:
+                   param_factor: float = DEFAULT_PARAM_FACTOR, check: bool = True, microbatches: int = 1,
+                   schedule: str = DEFAULT_SCHEDULE) -> BatchResult:
     """Evaluate B placements (a B x N array, device per node) of one graph in one call.
 
     Gives exactly the makespans, peaks and busy times of :func:`simulate` on each
-    row, without building schedules. ``check=False`` skips validation (for
-    callers that produce placements themselves, e.g. search loops).
+    row (``microbatches`` and ``schedule`` as there), without building schedules. ``check=False`` skips
+    validation (for callers that produce placements themselves, e.g. search loops).
     """
-    return Simulator(graph, cluster, param_factor).simulate_batch(placements, check=check)
+    return Simulator(graph, cluster, param_factor, microbatches, schedule).simulate_batch(placements, check=check)
 
 
 def critical_path(graph: ComputationGraph) -> float:

@@ -1,0 +1,155 @@
+"""The pipelined step's unrolled graph and schedule rule (``docs/spec/simulator.md`` section 3a).
+
+* :func:`unrolled` builds (once per graph and micro-batch count) the graph of m micro-batches: every batch op
+  ``v`` as the copies ``v@0 .. v@{m-1}`` with cost divided by m and bytes divided by m (rounded up to a whole
+  byte), the update ops once, the
+  parameters held once (copy 0 carries ``param_bytes``).
+* :func:`schedule_keys` is the order in which a device picks its ready ops under a schedule; :func:`stage_caps`
+  the 1F1B limit of micro-batches in flight per device.
+
+Both simulators (:mod:`placement_env.sim.reference` and the compiled one) run the unrolled graph with these.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from placement_env.graph.model import ComputationGraph, Edge
+
+SCHEDULES = ("1f1b", "gpipe")
+"""Pipeline schedules (section 3a): ``1f1b`` (one forward, one backward; the default) and ``gpipe``."""
+DEFAULT_SCHEDULE = "1f1b"
+
+FORWARD, BACKWARD, UPDATE = 0, 1, 2  # op kinds
+
+
+def checked_microbatches(value: object, graph: ComputationGraph | None = None) -> int:
+    """``value`` as the number of micro-batches, or a ``ValueError`` naming it: not an integer (a bool is not
+    one), below 1, or above ``graph.batch`` where the graph records the batch it was traced with."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"microbatches must be an integer >= 1, got {value!r}")
+    m = int(value)
+    if m < 1:
+        raise ValueError(f"microbatches must be an integer >= 1, got {m}")
+    if graph is not None and graph.batch is not None and m > graph.batch:
+        raise ValueError(f"microbatches {m} is larger than the batch of {graph.batch} that graph "
+                         f"{graph.name!r} was traced with")
+    return m
+
+
+def checked_schedule(value: object) -> str:
+    """``value`` if it is one of :data:`SCHEDULES`, else a ``ValueError`` naming it."""
+    if not isinstance(value, str) or value not in SCHEDULES:
+        raise ValueError(f"unknown schedule {value!r}; known: {', '.join(SCHEDULES)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Unrolled:
+    """The unrolled step of ``microbatches`` micro-batches of a graph.
+
+    Attributes:
+        graph: the unrolled graph (node order: micro-batch 0's copies, ..., micro-batch m-1's, the update ops).
+        origin: for each unrolled node, the index of the graph's node it copies.
+        micro: each unrolled node's micro-batch (``microbatches`` for an update op).
+        kind: each unrolled node's :data:`FORWARD` / :data:`BACKWARD` / :data:`UPDATE`.
+        origin_topo: the graph's topological index of the node each unrolled node copies (stage order).
+        microbatches: m.
+    """
+
+    graph: ComputationGraph
+    origin: np.ndarray
+    micro: np.ndarray
+    kind: np.ndarray
+    origin_topo: np.ndarray
+    microbatches: int
+
+
+def op_kinds(graph: ComputationGraph) -> np.ndarray:
+    """Each node's kind: update and backward by ``phase``, forward otherwise (phase ``forward`` or none)."""
+    return np.array([UPDATE if n.phase == "update" else BACKWARD if n.phase == "backward" else FORWARD
+                     for n in graph.nodes], np.int64)
+
+
+def unrolled(graph: ComputationGraph, microbatches: int) -> Unrolled:
+    """The unrolled step of ``graph`` for ``microbatches`` >= 2 (section 3a), built once per graph object."""
+    cache = graph.derived.setdefault("unrolled", {})
+    if microbatches not in cache:
+        cache[microbatches] = _unroll(graph, microbatches)
+    return cache[microbatches]
+
+
+def stepped_graph(graph: ComputationGraph, microbatches: int) -> ComputationGraph:
+    """The graph a step of ``microbatches`` runs: ``graph`` itself for 1, else its unrolled graph."""
+    return graph if microbatches == 1 else unrolled(graph, microbatches).graph
+
+
+def _unroll(graph: ComputationGraph, m: int) -> Unrolled:
+    kinds = op_kinds(graph)
+    batch = [i for i in range(graph.num_nodes) if kinds[i] != UPDATE]
+    once = [i for i in range(graph.num_nodes) if kinds[i] == UPDATE]
+    nodes, origin, micro = [], [], []
+    for k in range(m):
+        for i in batch:
+            n = graph.nodes[i]
+            nodes.append(replace(n, id=f"{n.id}@{k}", cost=n.cost / m, output_bytes=_share(n.output_bytes, m),
+                                 param_bytes=n.param_bytes if k == 0 else 0.0))
+            origin.append(i)
+            micro.append(k)
+    for i in once:
+        nodes.append(graph.nodes[i])
+        origin.append(i)
+        micro.append(m)
+    ids = graph.ids
+    edges = []
+    for s, d, b in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_bytes.tolist()):
+        src_once, dst_once = kinds[s] == UPDATE, kinds[d] == UPDATE
+        if src_once and dst_once:
+            edges.append(Edge(ids[s], ids[d], b))
+        elif src_once:
+            edges.extend(Edge(ids[s], f"{ids[d]}@{k}", b) for k in range(m))
+        elif dst_once:
+            edges.extend(Edge(f"{ids[s]}@{k}", ids[d], _share(b, m)) for k in range(m))
+        else:
+            edges.extend(Edge(f"{ids[s]}@{k}", f"{ids[d]}@{k}", _share(b, m)) for k in range(m))
+    g = ComputationGraph(nodes, edges, name=f"{graph.name}-x{m}")
+    origin_a = np.array(origin, np.int64)
+    return Unrolled(g, origin_a, np.array(micro, np.int64), kinds[origin_a], graph.topo_index[origin_a], m)
+
+
+def _share(nbytes: float, m: int) -> float:
+    """One micro-batch's bytes of a tensor of ``nbytes``: ``nbytes / m`` rounded up to a whole byte."""
+    return float(math.ceil(nbytes / m))
+
+
+def schedule_keys(step: Unrolled, schedule: str) -> np.ndarray:
+    """Each unrolled node's rank in a device's choice (smallest first): (class, micro-batch, topological index)
+    as one integer; class 0 / 1 are forward / backward under ``gpipe`` and backward / forward under ``1f1b``,
+    2 the update ops."""
+    klass = step.kind.copy()
+    if schedule == "1f1b":
+        klass = np.where(step.kind == FORWARD, 1, np.where(step.kind == BACKWARD, 0, 2))
+    n = step.graph.num_nodes
+    return (klass * (step.microbatches + 1) + step.micro) * n + step.graph.topo_index
+
+
+def stage_caps(graph: ComputationGraph, placement: np.ndarray, num_devices: int) -> np.ndarray:
+    """1F1B's limit of micro-batches in flight per device, ``P - s[d]`` (section 3a): P devices hold a forward
+    op of ``graph``; stage ``s[d]`` orders them by the smallest topological index of a forward op on them.
+    Devices without forward ops get the limit of the last stage (they never start a forward op)."""
+    kinds = op_kinds(graph)
+    first = np.full(num_devices, np.iinfo(np.int64).max)
+    fwd = np.nonzero(kinds == FORWARD)[0]
+    np.minimum.at(first, placement[fwd], graph.topo_index[fwd])
+    used = np.nonzero(first < np.iinfo(np.int64).max)[0]
+    stages = used[np.argsort(first[used], kind="stable")]
+    caps = np.ones(num_devices, np.int64)
+    caps[stages] = len(stages) - np.arange(len(stages))
+    return caps
+
+
+__all__ = ["DEFAULT_SCHEDULE", "SCHEDULES", "Unrolled", "checked_microbatches", "checked_schedule",
+           "schedule_keys", "stage_caps", "stepped_graph", "unrolled"]
