@@ -4,11 +4,13 @@
 
 For each model (an MLP, a ResNet-style CNN, a transformer encoder, a two-branch model, an LSTM), the graph
 is imported with ``from_torch(..., profile=True)`` in this process on one CPU thread (the setting of each local
-worker), the cluster is ``local_cluster(2)`` (measured: speed 1.0, the gloo link's latency and bandwidth), and
-five placements (single, split, m-ETF, anneal, round-robin) are both simulated and run by ``measure_step``.
+worker), the cluster is ``local_cluster(2)`` (measured: speed 1.0, the gloo link's latency and bandwidth while
+the workers compute), and the placements of eight placers (single, split, m-ETF, HEFT, m-TOPO, anneal, random,
+round-robin) are both simulated and run by ``measure_step``.
 Printed per cell: simulated and measured step (ms) and their ratio, for the profiled backward costs (the
-model now) and for the 2x / 1x rule they replace; per model: Spearman's rank correlation of the placements
-and whether the placement the simulator ranks best is the one measured fastest.
+model now), for the 2x / 1x rule they replace and for the link measured between idle workers; per model:
+Spearman's rank correlation of the placements and whether the placement the simulator ranks best is the one
+measured fastest.
 
 The host is shared and noisy (identical placements measured 59 to 104 ms in one run), so both sides are taken
 the way ``benchmarks/simulator.py`` takes speeds: each op's cost is the fastest of ``--rounds`` profiles (each
@@ -36,7 +38,7 @@ from placement_env.graph.training import to_training_graph
 from placement_env.runtime.local_cluster import local_cluster
 from placement_env.runtime.measured_step import measure_step
 
-PLACERS = ("single", "split", "m-etf", "anneal", "round-robin")
+PLACERS = ("single", "split", "m-etf", "heft", "m-topo", "anneal", "random", "round-robin")
 
 
 class MLP(nn.Module):
@@ -122,9 +124,10 @@ def main() -> None:
     args = parser.parse_args()
     print(machine_line())
     torch.set_num_threads(1)
-    cluster = local_cluster(2)
-    print(f"local_cluster(2): latency {cluster.latency[0, 1] * 1e6:.0f} us, "
-          f"bandwidth {cluster.bandwidth[0, 1] / 1e9:.2f} GB/s", flush=True)
+    cluster, idle = local_cluster(2), local_cluster(2, loaded=False)
+    for label, c in (("loaded (the model)", cluster), ("idle", idle)):
+        print(f"local_cluster(2) link, {label}: latency {c.latency[0, 1] * 1e6:.0f} us, "
+              f"bandwidth {c.bandwidth[0, 1] / 1e9:.2f} GB/s", flush=True)
     rows, summary = [], []
     for name in args.models.split(","):
         model, x = models()[name]
@@ -143,11 +146,13 @@ def main() -> None:
         for p, names in placements.items():
             sim = simulate(graph, list(p), cluster, param_factor=2.0)
             sim_rule = simulate(rule, list(p), cluster, param_factor=2.0).makespan
+            sim_idle = simulate(graph, list(p), idle, param_factor=2.0).makespan
             got = min(measured_rounds[p])
             label = " = ".join(names)
             rows.append({"model": name, "placement": label, "devices_used": len(set(p)),
                          "simulated_ms": sim.makespan * 1e3, "rule_ms": sim_rule * 1e3,
                          "measured_ms": got * 1e3, "ratio": sim.makespan / got, "rule_ratio": sim_rule / got,
+                         "idle_link_ratio": sim_idle / got,
                          "measured_rounds_ms": [t * 1e3 for t in measured_rounds[p]]})
             sims.append(sim.makespan)
             rule_sims.append(sim_rule)
@@ -155,7 +160,8 @@ def main() -> None:
             labels.append(label)
             r = rows[-1]
             print(f"{name:12s} {label:32s} devices {r['devices_used']}  simulated {r['simulated_ms']:8.2f} ms  "
-                  f"measured {r['measured_ms']:8.2f} ms  ratio {r['ratio']:.2f}  (2x rule {r['rule_ratio']:.2f})",
+                  f"measured {r['measured_ms']:8.2f} ms  ratio {r['ratio']:.2f}  (2x rule {r['rule_ratio']:.2f}, "
+                  f"idle link {r['idle_link_ratio']:.2f})",
                   flush=True)
         best_sim, best_real = int(np.argmin(sims)), int(np.argmin(measured))
         same_best = best_sim == best_real
@@ -168,11 +174,14 @@ def main() -> None:
               f"{s['simulated_best']}, fastest measured {s['measured_best']}", flush=True)
     within = sum(0.75 <= r["ratio"] <= 1.25 for r in rows)
     print(f"cells within 25%: {within} / {len(rows)} (2x rule: "
-          f"{sum(0.75 <= r['rule_ratio'] <= 1.25 for r in rows)}); models whose simulated best is the fastest "
+          f"{sum(0.75 <= r['rule_ratio'] <= 1.25 for r in rows)}, idle link: "
+          f"{sum(0.75 <= r['idle_link_ratio'] <= 1.25 for r in rows)}); models whose simulated best is the fastest "
           f"measured: {sum(s['same_best'] for s in summary)} / {len(summary)}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "summary": summary}, f, indent=1)
+            json.dump({"link": {k: {"latency_s": float(c.latency[0, 1]), "bandwidth_Bps": float(c.bandwidth[0, 1])}
+                                for k, c in (("loaded", cluster), ("idle", idle))},
+                       "rows": rows, "summary": summary}, f, indent=1)
     sys.stdout.flush()
 
 

@@ -87,6 +87,8 @@ def test_local_cluster_measures_its_link():
     off = ~np.eye(3, dtype=bool)
     assert (cluster.latency[off] >= 0).all() and (cluster.latency[off] < 0.05).all()
     assert (cluster.bandwidth[off] > 1e6).all() and np.isfinite(cluster.bandwidth[off]).all()
+    idle = local_cluster(2, loaded=False)
+    assert idle.latency[0, 1] >= 0 and idle.bandwidth[0, 1] > 1e6
     with pytest.raises(ValueError, match="num_devices"):
         local_cluster(0)
 
@@ -95,6 +97,18 @@ def test_fit_link_recovers_a_line():
     sizes = np.array([4, 4096, 65536, 1 << 20])
     latency, bandwidth = fit_link(sizes, 5e-5 + sizes / 2e9)
     assert latency == pytest.approx(5e-5, rel=1e-6) and bandwidth == pytest.approx(2e9, rel=1e-6)
+
+
+def test_fit_link_takes_the_latency_from_the_small_messages():
+    # the large messages off the line by +-20% (as a loaded host gives): the intercept of plain least squares
+    # would follow them; the relative fit keeps the small messages' 100 us
+    sizes = np.array([4, 4096, 65536, 1 << 19, 1 << 22])
+    seconds = 1e-4 + sizes / 1e9
+    seconds[3] *= 1.2
+    seconds[4] *= 0.8
+    latency, _ = fit_link(sizes, seconds)
+    plain = max(0.0, float(np.polyfit(sizes, seconds, 1)[1]))
+    assert abs(latency - 1e-4) < 0.1e-4 < abs(plain - 1e-4)
 
 
 def test_measured_backward_costs_replace_the_rule():
