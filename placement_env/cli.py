@@ -35,6 +35,9 @@ def add_graph_and_cluster_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cluster", metavar="FILE", help="a cluster JSON file (heterogeneous allowed)")
     parser.add_argument("--device-kind", default=DEFAULT_KIND, choices=list(DEVICE_KINDS),
                         help=f"device kind for --devices (default {DEFAULT_KIND})")
+    parser.add_argument("--per-node", type=int, metavar="K",
+                        help="with --devices: nodes of K devices, the kind's link within a node and the node's "
+                             "network (InfiniBand figures of the kind) between nodes")
     parser.add_argument("--memory-gib", type=float, metavar="GIB",
                         help="give every device this much memory (GiB), e.g. to place under memory pressure")
 
@@ -64,10 +67,13 @@ def checked_step_args(args: argparse.Namespace, graph: ComputationGraph) -> dict
 
 def graph_and_cluster_from_args(args: argparse.Namespace) -> tuple[ComputationGraph, Cluster]:
     graph = load_graph(args.graph)
+    if args.cluster and getattr(args, "per_node", None) is not None:
+        raise ValueError("--per-node shapes a preset cluster (--devices); a --cluster file gives its own links")
     if args.cluster:
         cluster = Cluster.from_json(args.cluster)
     else:
-        cluster = Cluster.preset(args.device_kind, 3 if args.devices is None else args.devices)
+        cluster = Cluster.preset(args.device_kind, 3 if args.devices is None else args.devices,
+                                 per_node=getattr(args, "per_node", None))
     if getattr(args, "memory_gib", None) is not None:
         cluster = cluster.with_memory(args.memory_gib * 2**30)
     return graph, cluster

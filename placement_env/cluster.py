@@ -36,6 +36,9 @@ class DeviceKind:
         bandwidth: bytes/s of one direction of a device-to-device link.
         latency: seconds of fixed cost per transfer.
         description: what the figures model.
+        node_network: bytes/s one direction of the network a node of these devices has to other nodes, in all
+            (its network cards together); a GPU's share when ``k`` of them form a node is ``node_network / k``.
+        network_latency: seconds of fixed cost per transfer between nodes.
     """
 
     speed: float
@@ -43,6 +46,8 @@ class DeviceKind:
     bandwidth: float
     latency: float
     description: str
+    node_network: float = 12.5e9
+    network_latency: float = 10e-6
 
 
 # Datasheet figures (NVIDIA product pages / datasheets):
@@ -59,15 +64,25 @@ class DeviceKind:
 #   bidirectional = 300 GB/s per direction between any pair.
 # * H100 SXM5 80 GB: 67 TFLOP/s FP32; NVLink 4 with NVSwitch, 900 GB/s
 #   bidirectional = 450 GB/s per direction between any pair.
+# Between nodes (InfiniBand; per direction, 1 Gb/s = 0.125 GB/s):
+# * P100 / K80 servers: one 100 Gb/s EDR adapter per node = 12.5 GB/s for all its GPUs.
+# * DGX-1 (V100): four 100 Gb/s EDR adapters = 50 GB/s per node.
+# * DGX A100: eight 200 Gb/s HDR adapters (one per GPU) = 200 GB/s per node.
+# * DGX H100: eight 400 Gb/s NDR ports (one per GPU) = 400 GB/s per node.
+# 10 us per transfer between nodes (RDMA plus the collective library's software path), as the PCIe figure.
 # Speeds are FP32 peak ratios to the P100: a deliberately simple model (tensor
 # cores, clocks and memory-bound ops would change the ratio per op).
 _P100_TFLOPS = 9.3
 DEVICE_KINDS: dict[str, DeviceKind] = {
-    "p100": DeviceKind(1.0, 16 * GIB, 12e9, 10e-6, "Tesla P100 16 GB on PCIe 3.0 x16"),
-    "k80": DeviceKind(4.37 / _P100_TFLOPS, 12 * GIB, 12e9, 10e-6, "Tesla K80 (one GK210, 12 GB) on PCIe 3.0 x16"),
-    "v100-nvlink": DeviceKind(15.7 / _P100_TFLOPS, 32 * GIB, 50e9, 5e-6, "Tesla V100 SXM2 32 GB, NVLink 2.0 (2 links)"),
-    "a100-nvlink": DeviceKind(19.5 / _P100_TFLOPS, 80 * GIB, 300e9, 5e-6, "A100 SXM4 80 GB, NVLink 3 / NVSwitch"),
-    "h100-nvlink": DeviceKind(67.0 / _P100_TFLOPS, 80 * GIB, 450e9, 5e-6, "H100 SXM5 80 GB, NVLink 4 / NVSwitch"),
+    "p100": DeviceKind(1.0, 16 * GIB, 12e9, 10e-6, "Tesla P100 16 GB on PCIe 3.0 x16", 12.5e9),
+    "k80": DeviceKind(4.37 / _P100_TFLOPS, 12 * GIB, 12e9, 10e-6, "Tesla K80 (one GK210, 12 GB) on PCIe 3.0 x16",
+                      12.5e9),
+    "v100-nvlink": DeviceKind(15.7 / _P100_TFLOPS, 32 * GIB, 50e9, 5e-6, "Tesla V100 SXM2 32 GB, NVLink 2.0 (2 links)",
+                              50e9),
+    "a100-nvlink": DeviceKind(19.5 / _P100_TFLOPS, 80 * GIB, 300e9, 5e-6, "A100 SXM4 80 GB, NVLink 3 / NVSwitch",
+                              200e9),
+    "h100-nvlink": DeviceKind(67.0 / _P100_TFLOPS, 80 * GIB, 450e9, 5e-6, "H100 SXM5 80 GB, NVLink 4 / NVSwitch",
+                              400e9),
 }
 DEFAULT_KIND = "p100"
 
@@ -173,9 +188,29 @@ class Cluster:
 
     # ------------------------------------------------------------ builders
     @classmethod
-    def preset(cls, kind: str = DEFAULT_KIND, num_devices: int = 3) -> Cluster:
-        """``num_devices`` identical devices of a named kind, fully connected (see ``DEVICE_KINDS``)."""
-        return cls.heterogeneous([kind] * checked_count("the number of devices", num_devices))
+    def preset(cls, kind: str = DEFAULT_KIND, num_devices: int = 3, per_node: int | None = None) -> Cluster:
+        """``num_devices`` identical devices of a named kind (see ``DEVICE_KINDS``), fully connected; with
+        ``per_node``, in nodes of that many (devices ``0..per_node-1`` the first node, ...): within a node the
+        kind's link, between nodes the node's network shared by its devices (``node_network / per_node`` each
+        way per pair, ``network_latency``).
+
+        Raises:
+            ValueError: an unknown kind, a count below 1, or a ``per_node`` below 1 or not dividing
+                ``num_devices`` (naming it).
+        """
+        m = checked_count("the number of devices", num_devices)
+        cluster = cls.heterogeneous([kind] * m)
+        if per_node is None:
+            return cluster
+        k = checked_count("per_node", per_node)
+        if m % k:
+            raise ValueError(f"per_node={k} does not divide the {m} devices into whole nodes")
+        spec = DEVICE_KINDS[kind]
+        node = np.arange(m) // k
+        across = node[:, None] != node[None, :]
+        bandwidth = np.where(across, spec.node_network / k, cluster.bandwidth)
+        latency = np.where(across, spec.network_latency, cluster.latency)
+        return cls(cluster.devices, bandwidth, latency, name=f"{m // k}x{k}x{kind}")
 
     @classmethod
     def heterogeneous(cls, kinds: Sequence[str]) -> Cluster:

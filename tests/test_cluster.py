@@ -1,11 +1,13 @@
 """Clusters: presets, heterogeneous lists, JSON, validation."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from placement_env import DEVICE_KINDS, Cluster, Device, layered_dag, simulate
+from placement_env import DEVICE_KINDS, Cluster, Device, layered_dag, load_graph, simulate
 
 GIB = 1024**3
 
@@ -121,3 +123,29 @@ def test_bad_preset_arguments():
         Cluster.preset("tpu", 2)
     with pytest.raises(ValueError, match="integer >= 1"):
         Cluster.preset("p100", 0)
+
+
+def test_nodes_of_devices_have_the_network_between_them():
+    c = Cluster.preset("a100-nvlink", 16, per_node=8)
+    assert c.name == "2x8xa100-nvlink" and c.num_devices == 16
+    assert c.bandwidth[0, 7] == 300e9 and c.latency[0, 7] == 5e-6  # NVSwitch within a node
+    assert c.bandwidth[7, 8] == 200e9 / 8 and c.latency[7, 8] == 10e-6  # 8 x 200 Gb/s HDR per node, shared
+    assert c.bandwidth[15, 0] == 200e9 / 8
+    assert (Cluster.preset("a100-nvlink", 8, per_node=8).bandwidth
+            == Cluster.preset("a100-nvlink", 8).bandwidth).all()
+    for bad, message in ((3, "per_node=3 does not divide the 16 devices"), (0, "per_node must be"),
+                         (2.0, "per_node must be")):
+        with pytest.raises(ValueError, match=message):
+            Cluster.preset("a100-nvlink", 16, per_node=bad)
+
+
+def test_the_command_line_takes_nodes(tmp_path):
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps([0] * load_graph("default").num_nodes))
+    run = [sys.executable, "-m", "placement_env", "simulate", "--graph", "default", "--placement", str(placement),
+           "--device-kind", "h100-nvlink"]
+    ok = subprocess.run(run + ["--devices", "16", "--per-node", "8"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "2x8xh100-nvlink" in ok.stdout
+    bad = subprocess.run(run + ["--devices", "12", "--per-node", "8"], capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "error: per_node=8 does not divide the 12 devices into whole nodes"
