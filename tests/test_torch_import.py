@@ -212,3 +212,22 @@ def test_the_graph_records_the_batch_it_was_traced_with():
     model = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
     assert from_torch(model, (torch.randn(6, 4),)).batch == 6
     assert from_torch(model, (torch.randn(6, 4),), training=True).batch == 6
+
+
+def test_costs_for_a_device_kind_are_not_sped_up_twice():
+    # a roofline import for H100s placed on H100s takes the H100 roofline time, not that divided by the H100's
+    # speed once more; imported for P100s and run on P100s, the P100 roofline time
+    model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512))
+    x = torch.randn(64, 512)
+    for kind in ("p100", "h100-nvlink"):
+        roof = ROOFLINE_DEVICES[kind]
+        g = from_torch(model, (x,), device_kind=kind, training=False)
+        c = Cluster.preset(kind, 1)
+        linear = g.nodes[g.ops.index("linear")]
+        by_hand = max(linear.flops / (roof.peak_flops * roof.compute_efficiency),
+                      (64 * 512 * 4 * 2 + 512 * 513 * 4) / (roof.bandwidth * roof.memory_efficiency))
+        assert linear.cost / c.speed[0] == pytest.approx(by_hand + roof.launch_overhead, rel=1e-6)
+    # a one-GPU step is then the sum of the ops' roofline times on that GPU
+    h100 = from_torch(model, (x,), device_kind="h100-nvlink", training=False)
+    c = Cluster.preset("h100-nvlink", 1)
+    assert simulate(h100, [0] * h100.num_nodes, c).makespan == pytest.approx(h100.total_cost / c.speed[0])

@@ -19,8 +19,10 @@ every operation:
   of its own feeding each of them (``shared_parameters``);
 * ``cost`` (seconds on the reference device): a roofline estimate for the
   named device kind, ``max(flops / (peak x efficiency), bytes moved /
-  (bandwidth x efficiency)) + launch overhead``, or, with ``profile=True``, the
-  median of ``repeats`` timed runs of the op on this machine.
+  (bandwidth x efficiency)) + launch overhead``, times the kind's speed (so
+  that on a cluster of that kind, whose devices the simulator runs at that
+  speed, an op takes its roofline time: one reference for every cost), or, with
+  ``profile=True``, the median of ``repeats`` timed runs of the op on this machine.
 
 Views, ``getitem`` and in-place ops (names ending in ``_``) are colocated with
 the producer of their first input: they alias its memory. User inputs become
@@ -49,6 +51,7 @@ import torch
 from torch import nn
 
 from placement_env.checks import first_line
+from placement_env.cluster import DEVICE_KINDS
 from placement_env.graph.model import ComputationGraph, Edge, Node
 from placement_env.graph.training import to_training_graph
 
@@ -318,7 +321,8 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         example_kwargs: keyword inputs (``input_ids=..., attention_mask=...``, as Hugging Face models are
             called); a dict given as ``example_inputs`` is refused with a pointer here.
         name: the graph's name (default: the module's class name).
-        device_kind: the roofline device of :data:`ROOFLINE_DEVICES` for op costs.
+        device_kind: the roofline device of :data:`ROOFLINE_DEVICES` for op costs (expressed in seconds of the
+            reference device: the roofline time on that kind times its speed).
         profile: measure op times on this machine instead of the roofline model: each op's forward (for the
             training graph with autograd recording, as in a training step) and, in the training graph, its
             backward (the op alone, its inputs leaves; where autograd cannot run an op
@@ -369,6 +373,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         raise ValueError(f"module {type(module).__name__} does not run on example inputs "
                          f"({_describe_inputs(tuple(inputs))}): {type(error).__name__}: {first_line(error)}") from None
     roof = ROOFLINE_DEVICES[device_kind]
+    reference_speed = DEVICE_KINDS[device_kind].speed
 
     params = {}
     for pname, p in gm.named_parameters():  # buffers (running statistics) are not trained: not charged
@@ -412,8 +417,10 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         if profile:
             cost = record["measured"]
         else:
-            cost = max(record["flops"] / (roof.peak_flops * roof.compute_efficiency),
-                       moved / (roof.bandwidth * roof.memory_efficiency)) + roof.launch_overhead
+            # the roofline time on a device of the kind, in seconds of the reference device (spec section 1):
+            # the simulator divides by the kind's speed again, so a cluster of that kind runs it in that time
+            cost = reference_speed * (max(record["flops"] / (roof.peak_flops * roof.compute_efficiency),
+                                          moved / (roof.bandwidth * roof.memory_efficiency)) + roof.launch_overhead)
         op = _op_name(gm, n)
         aliasing = op in ALIASING_OPS or (op.endswith("_") and not op.endswith("__"))  # in-place ops too
         coloc = None
