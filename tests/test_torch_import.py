@@ -224,10 +224,32 @@ def test_costs_for_a_device_kind_are_not_sped_up_twice():
         g = from_torch(model, (x,), device_kind=kind, training=False)
         c = Cluster.preset(kind, 1)
         linear = g.nodes[g.ops.index("linear")]
-        by_hand = max(linear.flops / (roof.peak_flops * roof.compute_efficiency),
+        flops = 2 * 64 * 512 * 512
+        assert linear.flops == flops
+        by_hand = max(flops / (roof.peak_flops * roof.compute_efficiency),
                       (64 * 512 * 4 * 2 + 512 * 513 * 4) / (roof.bandwidth * roof.memory_efficiency))
         assert linear.cost / c.speed[0] == pytest.approx(by_hand + roof.launch_overhead, rel=1e-6)
     # a one-GPU step is then the sum of the ops' roofline times on that GPU
     h100 = from_torch(model, (x,), device_kind="h100-nvlink", training=False)
     c = Cluster.preset("h100-nvlink", 1)
     assert simulate(h100, [0] * h100.num_nodes, c).makespan == pytest.approx(h100.total_cost / c.speed[0])
+
+
+def test_half_precision_counts_bytes_in_it_and_costs_products_at_the_tensor_core_peak():
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU())
+    x = torch.randn(256, 1024)
+    fp32 = from_torch(model, (x,), device_kind="a100-nvlink", training=False)
+    bf16 = from_torch(model, (x,), device_kind="a100-nvlink", training=False, dtype=torch.bfloat16)
+    assert model[0].weight.dtype == torch.float32  # the user's model is not cast
+    i = fp32.ops.index("linear")
+    assert bf16.nodes[i].output_bytes == fp32.nodes[i].output_bytes / 2 == 256 * 1024 * 2
+    assert bf16.nodes[i].param_bytes == fp32.nodes[i].param_bytes / 2
+    roof, speed = ROOFLINE_DEVICES["a100-nvlink"], Cluster.preset("a100-nvlink", 1).speed[0]
+    moved = 256 * 1024 * 2 * 2 + 1024 * 1025 * 2
+    by_hand = max(2 * 256 * 1024 * 1024 / (312e12 * roof.compute_efficiency),
+                  moved / (roof.bandwidth * roof.memory_efficiency)) + roof.launch_overhead
+    assert bf16.nodes[i].cost / speed == pytest.approx(by_hand, rel=1e-6)
+    with pytest.raises(ValueError, match="device kind 'p100': this device kind has no bfloat16 peak"):
+        from_torch(model, (x,), device_kind="p100", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        from_torch(model, (x,), dtype=torch.int8)

@@ -44,7 +44,6 @@ import statistics
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -57,32 +56,11 @@ from placement_env.graph.training import to_training_graph
 
 from .module_names import ModuleNames, colocate_by_module
 from .recurrent import LayerwiseRNN, layerwise_recurrent
+from .roofline import ROOFLINE_DEVICES, RooflineDevice, precision_name, roofline_seconds
 
 __all__ = ["LayerwiseRNN", "ROOFLINE_DEVICES", "RooflineDevice", "from_torch", "layerwise_recurrent", "trace_model"]
 
 
-@dataclass(frozen=True)
-class RooflineDevice:
-    """Peak FP32 FLOP/s and memory bandwidth (bytes/s) of a device kind, the fractions of them ops reach,
-    and a fixed per-op launch overhead (s)."""
-
-    peak_flops: float
-    bandwidth: float
-    compute_efficiency: float = 0.6
-    memory_efficiency: float = 0.7
-    launch_overhead: float = 5e-6
-
-
-# Datasheet peaks (see cluster.py for the sources): P100 PCIe 9.3 TFLOP/s and 732 GB/s HBM2, K80 (one GK210)
-# 4.37 TFLOP/s and 240 GB/s, V100 SXM2 15.7 TFLOP/s and 900 GB/s, A100 SXM4 19.5 TFLOP/s (FP32) and 2,039 GB/s,
-# H100 SXM5 67 TFLOP/s and 3,350 GB/s.
-ROOFLINE_DEVICES: dict[str, RooflineDevice] = {
-    "p100": RooflineDevice(9.3e12, 732e9),
-    "k80": RooflineDevice(4.37e12, 240e9),
-    "v100-nvlink": RooflineDevice(15.7e12, 900e9),
-    "a100-nvlink": RooflineDevice(19.5e12, 2039e9),
-    "h100-nvlink": RooflineDevice(67e12, 3350e9),
-}
 # ops whose output aliases (or is a re-layout of) their first input: colocated with its producer
 ALIASING_OPS = frozenset({
     "view", "_unsafe_view", "reshape", "view_as", "transpose", "permute", "t", "expand", "expand_as", "squeeze",
@@ -308,11 +286,25 @@ def _batch_of(inputs: Sequence[Any]) -> int | None:
     return None
 
 
+def _cast(module: nn.Module, example_inputs: Any, example_kwargs: Mapping[str, Any] | None,
+          dtype: torch.dtype) -> tuple[nn.Module, Any, Mapping[str, Any] | None]:
+    """A copy of ``module`` in ``dtype`` and the inputs with their floating tensors cast to it."""
+    import copy
+
+    import torch.utils._pytree as pytree
+
+    def cast(x: Any) -> Any:
+        return x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+    return (copy.deepcopy(module).to(dtype), pytree.tree_map(cast, example_inputs),
+            None if example_kwargs is None else pytree.tree_map(cast, dict(example_kwargs)))
+
+
 def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor = (), *, name: str | None = None,
                device_kind: str = "p100", profile: bool = False, repeats: int = 5,
                training: bool = True, shared_parameters: bool = True,
                split_recurrent: bool = True, example_kwargs: Mapping[str, Any] | None = None,
-               colocate_modules: bool | int = False) -> ComputationGraph:
+               colocate_modules: bool | int = False, dtype: torch.dtype = torch.float32) -> ComputationGraph:
     """The computation graph of ``module`` on ``example_inputs`` (see the module docstring).
 
     Args:
@@ -344,10 +336,14 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
             model's own glue ops, module ``""``, stay single ops);
             an int ``d`` >= 1: the same for module names cut to their first ``d`` parts (``layers.3``);
             ``False`` (the default): ops are placed one by one.
+        dtype: the precision the model trains in (``torch.float32``, ``torch.bfloat16``, ``torch.float16``): a
+            copy of the model and the floating inputs are cast to it, so bytes are counted in it, and matrix
+            products are costed at the kind's tensor-core peak of it (:mod:`.roofline`).
 
     Raises:
-        ValueError: an unknown device kind, bad ``repeats`` or ``colocate_modules``, inputs that are not a
-            tensor, a sequence or (as keywords) a mapping, or a module that cannot be traced or run on them.
+        ValueError: an unknown device kind, a dtype the kind has no peak for, bad ``repeats`` or
+            ``colocate_modules``, inputs that are not a tensor, a sequence or (as keywords) a mapping, or a
+            module that cannot be traced or run on them.
     """
     if device_kind not in ROOFLINE_DEVICES:
         raise ValueError(f"unknown device kind {device_kind!r}; known: {', '.join(ROOFLINE_DEVICES)}")
@@ -356,7 +352,10 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
     if not (isinstance(colocate_modules, bool)
             or (isinstance(colocate_modules, int) and colocate_modules >= 1)):
         raise ValueError(f"colocate_modules must be True, False or a depth >= 1, got {colocate_modules!r}")
+    precision = precision_name(dtype, device_kind)
     name = name or type(module).__name__
+    if dtype != torch.float32:
+        module, example_inputs, example_kwargs = _cast(module, example_inputs, example_kwargs, dtype)
     gm, inputs, module = trace_model(module, example_inputs, example_kwargs, split_recurrent)
     recorder = _Recorder(gm, profile, repeats, backward=profile and training)
     try:
@@ -419,8 +418,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         else:
             # the roofline time on a device of the kind, in seconds of the reference device (spec section 1):
             # the simulator divides by the kind's speed again, so a cluster of that kind runs it in that time
-            cost = reference_speed * (max(record["flops"] / (roof.peak_flops * roof.compute_efficiency),
-                                          moved / (roof.bandwidth * roof.memory_efficiency)) + roof.launch_overhead)
+            cost = reference_speed * roofline_seconds(roof, record["flops"], moved, precision)
         op = _op_name(gm, n)
         aliasing = op in ALIASING_OPS or (op.endswith("_") and not op.endswith("__"))  # in-place ops too
         coloc = None
