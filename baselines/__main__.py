@@ -17,13 +17,16 @@ from pathlib import Path
 from placement_env.cli import (
     OneLineParser,
     add_graph_and_cluster_args,
+    add_step_args,
     check_output_paths,
+    checked_step_args,
     graph_and_cluster_from_args,
     run_cli,
 )
 from placement_env.graph.placement_io import write_placement
 from placement_env.json_files import write_text_atomically
 from placement_env.sim.chrome_trace import write_chrome_trace
+from placement_env.sim.pipeline import Step
 
 from . import PLACERS
 from .compare import compare_placers, format_table
@@ -34,6 +37,7 @@ from .starts import LARGE_GRAPH_OPS
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m baselines", description=__doc__.splitlines()[0])
     add_graph_and_cluster_args(parser)
+    add_step_args(parser)
     parser.add_argument("--placers",
                         help=f"comma-separated subset of: {', '.join([*PLACERS, *RUNTIME_DEFAULTS])} (default: all; "
                              f"{', '.join(RUNTIME_DEFAULTS)}, DeepSpeed's partitions, for graphs with module names)")
@@ -63,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     check_output_paths(args.json, args.placements_dir, args.traces_dir)
     placers = {**placers_with_budget(args.budget_seconds), **RUNTIME_DEFAULTS}
     graph, cluster = graph_and_cluster_from_args(args)
+    step = Step(**checked_step_args(args, graph))
     has_modules = any(node.module is not None for node in graph.nodes)
     default = [*PLACERS, *(RUNTIME_DEFAULTS if has_modules else ())]
     names = [x.strip() for x in (args.placers or ",".join(default)).split(",") if x.strip()]
@@ -75,10 +80,12 @@ def main(argv: list[str] | None = None) -> int:
               f"placers may take minutes (HEFT about 43 s for a million ops); the search placers start only from "
               f"{', '.join(QUICK_STARTS)}; progress on stderr", file=sys.stderr, flush=True)
         progress = _print_progress
-    rows = compare_placers(graph, cluster, {n: placers[n] for n in names}, seed=args.seed, progress=progress)
-    print(format_table(rows, graph, cluster))
+    rows = compare_placers(graph, cluster, {n: placers[n] for n in names}, seed=args.seed, progress=progress,
+                           step=step)
+    print(format_table(rows, graph, cluster, step))
     if args.json:
         payload = {"graph": graph.name, "cluster": cluster.to_dict(), "seed": args.seed,
+                   "microbatches": step.microbatches, "schedule": step.schedule,
                    "rows": [r.to_dict(with_placement=True) for r in rows]}
         write_text_atomically(args.json, json.dumps(payload, indent=1))
     if args.placements_dir:

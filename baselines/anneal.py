@@ -36,7 +36,8 @@ import numpy as np
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
 from placement_env.graph.units import unit_edges
-from placement_env.sim.simulator import Simulator, check_placement
+from placement_env.sim.pipeline import PLAIN_STEP, Step
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_placement
 
 from .local_search import RefineResult, judge_unit_placements
 from .search_clock import SearchClock
@@ -112,14 +113,14 @@ def nearest_units(graph: ComputationGraph, count: int) -> NearestUnits:
 
 def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndarray, seed: int = 0,
                  time_budget: float | None = 5.0, max_steps: int | None = None,
-                 config: AnnealConfig = AnnealConfig()) -> RefineResult:
+                 config: AnnealConfig = AnnealConfig(), step: Step = PLAIN_STEP) -> RefineResult:
     """Anneal from ``start_units`` (a device per unit); returns the best placement seen (a device per node) with its
     makespan (s), overflow (bytes), steps taken, evaluations and the best makespan after each step."""
     if time_budget is None and max_steps is None:
         raise ValueError("anneal needs a time budget or a number of steps")
     clock = SearchClock(time_budget)  # the set-up counts: on a graph of a million ops it takes seconds
     rng = np.random.default_rng(seed)
-    simulator = Simulator(graph, cluster)
+    simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step)  # placements judged by ``step``
     m, nu = cluster.num_devices, graph.num_units
     current = np.asarray(start_units, dtype=np.int64).copy()
 
@@ -199,11 +200,13 @@ def anneal_from_best(start_placers: dict, budget_seconds: float = ANNEAL_SECONDS
     ``budget_seconds``. Why 3 starts: ``docs/placers.md``.
     """
 
-    def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
+    def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0, *, step: Step = PLAIN_STEP) -> np.ndarray:
         def search(placement: np.ndarray, seconds: float | None) -> RefineResult:
-            return anneal_units(graph, cluster, graph.unit_placement(placement), seed, seconds, config=config)
+            return anneal_units(graph, cluster, graph.unit_placement(placement), seed, seconds, config=config,
+                                step=step)
 
-        return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds, quick_starts)
+        return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds, quick_starts,
+                              step)
 
     placer.__name__ = "anneal"
     placer.__doc__ = (f"simulated annealing for {budget_seconds:g} s in all from the {starts} best of "

@@ -11,9 +11,11 @@ import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
+from placement_env.sim.pipeline import PLAIN_STEP, Step, stepped_graph
 from placement_env.sim.simulator import SimulationResult, lower_bound, simulate
 
 from .memory import PlacementInfeasibleError
+from .starts import run_placer
 
 FAST_COMPARED = ("single", "heft", "m-etf", "metis")  # the fast placers a learned placement is printed beside
 
@@ -50,8 +52,9 @@ Progress = Callable[[int, int, str, "float | None"], None]  # (index from 1, pla
 
 
 def compare_placers(graph: ComputationGraph, cluster: Cluster, placers: dict, seed: int = 0,
-                    progress: Progress | None = None) -> list[ComparisonRow]:
-    """Place ``graph`` with each of ``placers`` (name -> placer) and simulate the result.
+                    progress: Progress | None = None, step: Step = PLAIN_STEP) -> list[ComparisonRow]:
+    """Place ``graph`` with each of ``placers`` (name -> placer) and simulate the result (of ``step``, which
+    the placers that judge by the simulator are given too).
 
     A placer that cannot fit the graph gives a row with ``error`` set instead of numbers. ``progress``, when
     given, is called before each placer runs (seconds None) and after it (its seconds).
@@ -62,7 +65,7 @@ def compare_placers(graph: ComputationGraph, cluster: Cluster, placers: dict, se
             progress(index, len(placers), name, None)
         t0 = time.perf_counter()
         try:
-            p = np.asarray(placer(graph, cluster, seed))
+            p = np.asarray(run_placer(placer, graph, cluster, seed, step))
         except PlacementInfeasibleError as exc:
             rows.append(ComparisonRow(name, None, None, None, None, time.perf_counter() - t0, f"infeasible: {exc}"))
             if progress is not None:
@@ -71,17 +74,19 @@ def compare_placers(graph: ComputationGraph, cluster: Cluster, placers: dict, se
         seconds = time.perf_counter() - t0
         if progress is not None:
             progress(index, len(placers), name, seconds)
-        r = simulate(graph, p, cluster)
+        r = simulate(graph, p, cluster, microbatches=step.microbatches, schedule=step.schedule)
         rows.append(ComparisonRow(name, r.makespan, r.lb_ratio, float(np.max(r.peak_memory / cluster.memory)),
                                   r.oom, seconds, None, [int(x) for x in p], r))
     return rows
 
 
-def format_table(rows: list[ComparisonRow], graph: ComputationGraph, cluster: Cluster) -> str:
-    """The comparison as an aligned text table, with a header naming graph, cluster and lower bound."""
-    lb = lower_bound(graph, cluster)
+def format_table(rows: list[ComparisonRow], graph: ComputationGraph, cluster: Cluster,
+                 step: Step = PLAIN_STEP) -> str:
+    """The comparison as an aligned text table, with a header naming graph, cluster, step and lower bound."""
+    lb = lower_bound(stepped_graph(graph, step.microbatches), cluster)
     lines = [f"graph {graph.name}: {graph.num_nodes} ops, {graph.num_edges} edges, {graph.num_units} placement units",
-             f"cluster {cluster.name}: {cluster.num_devices} devices; lower bound {lb * 1e3:.3f} ms",
+             f"cluster {cluster.name}: {cluster.num_devices} devices; step: {step.describe()}; "
+             f"lower bound {lb * 1e3:.3f} ms",
              ""]
     w = max([14, *(len(r.placer) for r in rows)])
     header = f"{'placer':<{w}} {'makespan (ms)':>13} {'/ LB':>6} {'peak mem / cap':>14} {'OOM':>4} {'place (s)':>9}"

@@ -22,7 +22,8 @@ import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
-from placement_env.sim.simulator import Simulator, check_placement
+from placement_env.sim.pipeline import PLAIN_STEP, Step
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_placement
 
 from .memory import overflow_bytes
 from .search_clock import SearchClock
@@ -40,7 +41,8 @@ class RefineResult:
 
 
 def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, max_rounds: int = 200,
-           batch: int = 32, patience: int = 40, time_budget: float | None = None) -> RefineResult:
+           batch: int = 32, patience: int = 40, time_budget: float | None = None,
+           step: Step = PLAIN_STEP) -> RefineResult:
     """Improve ``placement`` (a device per node, colocation honoured) by moves and swaps of units; with
     ``time_budget``, within that many seconds of the call (a round judges only the neighbours expected to be
     judged in the time left, none when not one fits)."""
@@ -49,7 +51,7 @@ def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
     p = check_placement(graph, placement, cluster)
     m = cluster.num_devices
     current = graph.unit_placement(p)
-    simulator = Simulator(graph, cluster)
+    simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step)
     first_mk, first_over = judge_unit_placements(simulator, current[None, :])
     if time_budget is not None:
         judged = time.perf_counter()  # timed again: the first call may load the compiled kernel
@@ -125,14 +127,15 @@ def local_search_from_best(start_placers: dict[str, Callable[..., np.ndarray]], 
     run without a round limit. Why 3 starts: ``docs/placers.md``.
     """
 
-    def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
+    def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0, *, step: Step = PLAIN_STEP) -> np.ndarray:
         def search(placement: np.ndarray, seconds: float | None) -> RefineResult:
             if seconds is None:
-                return refine(graph, cluster, placement, seed=seed, time_budget=seconds_per_start)
+                return refine(graph, cluster, placement, seed=seed, time_budget=seconds_per_start, step=step)
             return refine(graph, cluster, placement, seed=seed, max_rounds=2**62, patience=2**62,
-                          time_budget=seconds)
+                          time_budget=seconds, step=step)
 
-        return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds, quick_starts)
+        return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds, quick_starts,
+                              step)
 
     placer.__name__ = "local_search"
     placer.__doc__ = (f"the {starts} best of {', '.join(start_placers)} refined by moves and swaps of units "

@@ -28,13 +28,15 @@ import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
+from placement_env.sim.pipeline import PLAIN_STEP, Step
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_placement
 
 from .local_search import refine
 from .memory import PlacementInfeasibleError, format_bytes, overflow_bytes, unit_demand, units_in_topological_order
 from .split import split
+from .starts import run_placer
 
-Placer = Callable[[ComputationGraph, Cluster, int], np.ndarray]  # (graph, cluster, seed) -> device per node
+Placer = Callable[..., np.ndarray]  # (graph, cluster, seed, *, step=...) -> device per node
 CANDIDATES = 32  # single units tried per round: the largest budgets on the device that overflows most
 SWAPS = 8  # swaps tried per round and other device: its smallest units with the biggest of the worst device
 
@@ -74,13 +76,13 @@ def _candidates(units: np.ndarray, worst: int, demand: np.ndarray, position: np.
 
 
 def repair_memory(graph: ComputationGraph, cluster: Cluster, placement, candidates: int = CANDIDATES,
-                  param_factor: float = DEFAULT_PARAM_FACTOR) -> np.ndarray:
-    """``placement`` if it fits in every device's memory in the simulator, else a repaired copy.
+                  param_factor: float = DEFAULT_PARAM_FACTOR, step: Step = PLAIN_STEP) -> np.ndarray:
+    """``placement`` if it fits in every device's memory in the simulator (of ``step``), else a repaired copy.
 
     See the module docstring. Raises :class:`PlacementInfeasibleError` when no move lowers the overflow.
     """
     p = check_placement(graph, placement, cluster)
-    simulator = Simulator(graph, cluster, param_factor)
+    simulator = Simulator(graph, cluster, param_factor, *step)
     memory = cluster.memory.astype(np.float64)
     _, peak, _ = simulator.run(p)
     over = float(overflow_bytes(peak[None, :], cluster)[0])
@@ -113,7 +115,7 @@ SEARCH_FOR_FIT_SECONDS = 5.0  # the last resort's random search stops after this
 
 
 def search_for_fit(graph: ComputationGraph, cluster: Cluster, seed: int = 0,
-                   param_factor: float = DEFAULT_PARAM_FACTOR) -> np.ndarray | None:
+                   param_factor: float = DEFAULT_PARAM_FACTOR, step: Step = PLAIN_STEP) -> np.ndarray | None:
     """The last resort when the repair is stuck: a placement within memory, or None when none was found.
 
     With at most :data:`EXHAUSTIVE` unit placements it simulates every one (so None means none exists) and returns
@@ -122,7 +124,7 @@ def search_for_fit(graph: ComputationGraph, cluster: Cluster, seed: int = 0,
     :data:`SEARCH_FOR_FIT_SECONDS`, whichever ends first.
     """
     m, nu = cluster.num_devices, graph.num_units
-    simulator = Simulator(graph, cluster, param_factor)
+    simulator = Simulator(graph, cluster, param_factor, *step)
     if m ** nu <= EXHAUSTIVE:
         rows = np.array(np.meshgrid(*[np.arange(m)] * nu, indexing="ij")).reshape(nu, -1).T
         batch = simulator.simulate_batch(rows[:, graph.unit_of], check=False)
@@ -130,26 +132,27 @@ def search_for_fit(graph: ComputationGraph, cluster: Cluster, seed: int = 0,
         if fits.size == 0:
             return None
         return graph.expand_unit_placement(rows[fits[np.argmin(batch.makespan[fits])]])
-    result = refine(graph, cluster, split(graph, cluster, seed), seed=seed, max_rounds=300, patience=300,
-                    time_budget=SEARCH_FOR_FIT_SECONDS)
+    result = refine(graph, cluster, split(graph, cluster, seed, step=step), seed=seed, max_rounds=300,
+                    patience=300, time_budget=SEARCH_FOR_FIT_SECONDS, step=step)
     return result.placement if result.overflow == 0.0 else None
 
 
 def within_memory(placer: Placer) -> Placer:
-    """``placer`` whose placements are checked, and if need be repaired, by :func:`repair_memory`."""
-
+    """``placer`` whose placements are checked, and if need be repaired, by :func:`repair_memory`; the result
+    takes ``step=`` (the step placements are judged by: the repair's, and the placer's own where it judges by
+    the simulator and so takes ``step`` itself; the heuristics place by their own model and ignore it)."""
     @functools.wraps(placer)
-    def checked(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
-        placement = placer(graph, cluster, seed)
+    def checked(graph: ComputationGraph, cluster: Cluster, seed: int = 0, *, step: Step = PLAIN_STEP) -> np.ndarray:
+        placement = run_placer(placer, graph, cluster, seed, step)
         try:
-            return repair_memory(graph, cluster, placement)
+            return repair_memory(graph, cluster, placement, step=step)
         except PlacementInfeasibleError as first:
             reason = first
         try:
-            return repair_memory(graph, cluster, split(graph, cluster, seed))
+            return repair_memory(graph, cluster, split(graph, cluster, seed, step=step), step=step)
         except PlacementInfeasibleError:
             pass
-        found = search_for_fit(graph, cluster, seed)
+        found = search_for_fit(graph, cluster, seed, step=step)
         if found is None:
             raise reason
         return found

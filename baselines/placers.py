@@ -19,8 +19,10 @@ from baselines.runtime_defaults import accelerate_balanced, deepspeed_parameters
 from baselines.simple import random_placement, round_robin, single_device
 from baselines.split import split
 from baselines.starts import ranked_starts
+from placement_env.checks import checked_instance
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
+from placement_env.sim.pipeline import PLAIN_STEP, Step
 
 CONSTRUCTIVE: dict[str, Placer] = {  # each placement checked, and if need be repaired, by the simulator
     name: within_memory(placer) for name, placer in {
@@ -67,15 +69,17 @@ RUNTIME_DEFAULTS: dict[str, Placer] = {"deepspeed-uniform": deepspeed_uniform,
                                        "accelerate-balanced": accelerate_balanced}
 
 
-def feasible_start(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> tuple[str, np.ndarray]:
+def feasible_start(graph: ComputationGraph, cluster: Cluster, seed: int = 0,
+                   step: Step = PLAIN_STEP) -> tuple[str, np.ndarray]:
     """Where a search or an episode starts: ``("single", everything on one device)`` when the simulator finds that
     within memory, else the fastest placement (by the simulator) of the :data:`SEARCH_STARTS` placers that fits.
     Raises :class:`~baselines.memory.PlacementInfeasibleError` when none fits."""
     try:
-        return "single", PLACERS["single"](graph, cluster, seed)
+        return "single", PLACERS["single"](graph, cluster, seed, step=step)
     except PlacementInfeasibleError:
         pass
-    found, _ = ranked_starts(graph, cluster, {name: CONSTRUCTIVE[name] for name in SEARCH_STARTS[1:]}, seed)
+    found, _ = ranked_starts(graph, cluster, {name: CONSTRUCTIVE[name] for name in SEARCH_STARTS[1:]}, seed,
+                             step=step)
     return found[0][1], found[0][2]
 
 
@@ -84,8 +88,11 @@ def list_placers() -> list[str]:
     return list(PLACERS)
 
 
-def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed: int = 0) -> np.ndarray:
+def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed: int = 0, *,
+          step: Step = PLAIN_STEP) -> np.ndarray:
     """Place ``graph`` on ``cluster`` with the placer called ``placer`` (see :data:`PLACERS`); a device per node.
+    ``step``: the step placements are judged by (``Step(8, "1f1b")``: 8 micro-batches pipelined under 1F1B), by
+    the searches, ``split``, ``single`` and the memory repair; the heuristics place by their own model.
 
     Raises ``ValueError`` for an unknown placer and
     :class:`~baselines.memory.PlacementInfeasibleError` when the placer finds nothing within memory. The order
@@ -96,4 +103,5 @@ def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed:
         graph, cluster, placer = cluster, placer, graph
     if placer not in PLACERS:
         raise ValueError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
-    return PLACERS[placer](graph, cluster, seed)
+    checked_instance("graph", graph, ComputationGraph)
+    return PLACERS[placer](graph, cluster, seed, step=step.checked(graph))

@@ -6,7 +6,8 @@ import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
-from placement_env.sim.simulator import Simulator
+from placement_env.sim.pipeline import PLAIN_STEP, Step
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 
 from .memory import (
     MemoryBudget,
@@ -17,11 +18,11 @@ from .memory import (
 )
 
 
-def single_device(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
-    """Everything on the fastest device on which the simulator finds the whole step within memory (lowest index on
-    ties); :class:`PlacementInfeasibleError` with the simulated peak when no device holds it."""
+def single_device(graph: ComputationGraph, cluster: Cluster, seed: int = 0, *, step: Step = PLAIN_STEP) -> np.ndarray:
+    """Everything on the fastest device on which the simulator finds the whole ``step`` within memory (lowest index
+    on ties); :class:`PlacementInfeasibleError` with the simulated peak when no device holds it."""
     memory_lower_bounds(graph, cluster)
-    simulator = Simulator(graph, cluster)
+    simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step)
     peak = 0.0
     for d in sorted(range(cluster.num_devices), key=lambda d: (-cluster.speed[d], d)):
         placement = np.full(graph.num_nodes, d, dtype=np.int64)

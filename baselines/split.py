@@ -26,7 +26,8 @@ import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
-from placement_env.sim.simulator import Simulator
+from placement_env.sim.pipeline import PLAIN_STEP, Step
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 
 from .memory import MemoryBudget, overflow_bytes, units_in_topological_order
 
@@ -84,28 +85,43 @@ def fewest_bytes_cuts(demand: np.ndarray, caps: np.ndarray, cuts: np.ndarray) ->
     return found
 
 
-def balanced_cuts(seconds: np.ndarray, speed: np.ndarray, demand: np.ndarray, caps: np.ndarray) -> list[int] | None:
+def balanced_cuts(seconds: np.ndarray, speed: np.ndarray, demand: np.ndarray, caps: np.ndarray,
+                  cut_seconds: np.ndarray | None = None) -> list[int] | None:
     """Boundaries of at most ``len(caps)`` pieces, piece k within ``caps[k]``, minimising the largest piece's
-    compute time on its device (``seconds`` at speed 1, in order); None when memory allows no cover."""
+    load on its device: its compute time (``seconds`` at speed 1, in order), plus with ``cut_seconds`` (per
+    cut position, as :func:`cut_bytes`) the time of the sends and receives at its two cuts, as PipeDream's
+    partitioner counts a stage's communication; greedy pieces under a bisected bottleneck. None when memory
+    allows no cover."""
     n, m = seconds.size, caps.size
     work = np.concatenate([[0.0], np.cumsum(seconds)])
     prefix = np.concatenate([[0.0], np.cumsum(demand)])
+    comm = None if cut_seconds is None else np.concatenate([cut_seconds, [0.0]])  # no cut after the last unit
+
+    def longest(start: int, k: int, bottleneck: float, limit: int) -> int:
+        """The last end up to ``limit`` of piece k from ``start`` within the bottleneck (with communication its
+        load is not monotone in the end: the cut it ends at may carry less than a shorter piece's)."""
+        by_time = int(np.searchsorted(work, work[start] + bottleneck * speed[k] * (1 + 1e-12), side="right")) - 1
+        if comm is None:
+            return min(by_time, limit)
+        ends = np.arange(start + 1, min(by_time, limit) + 1)
+        load = (work[ends] - work[start]) / speed[k] + comm[start] + comm[ends]
+        ok = np.nonzero(load <= bottleneck * (1 + 1e-12))[0]
+        return int(ends[ok[-1]]) if ok.size else start
 
     def cover(bottleneck: float) -> list[int] | None:
         bounds, start = [0], 0
         for k in range(m):
             if start == n:
                 break
-            by_time = int(np.searchsorted(work, work[start] + bottleneck * speed[k] * (1 + 1e-12), side="right")) - 1
             by_memory = int(np.searchsorted(prefix, prefix[start] + caps[k] * (1 + 1e-12), side="right")) - 1
-            end = min(by_time, by_memory, n)
+            end = longest(start, k, bottleneck, min(by_memory, n))
             if end <= start:
                 return None
             bounds.append(end)
             start = end
         return bounds if start == n else None
 
-    low, high = 0.0, float(work[-1] / speed.min())
+    low, high = 0.0, float(work[-1] / speed.min()) + (0.0 if comm is None else 2 * float(comm.max()))
     best = cover(high * (1 + 1e-9))
     if best is None:
         return None
@@ -119,8 +135,9 @@ def balanced_cuts(seconds: np.ndarray, speed: np.ndarray, demand: np.ndarray, ca
     return best
 
 
-def split(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
-    """The best, by the simulator, of the contiguous splits of the module docstring (a device per node)."""
+def split(graph: ComputationGraph, cluster: Cluster, seed: int = 0, *, step: Step = PLAIN_STEP) -> np.ndarray:
+    """The best, by the simulator of ``step``, of the contiguous splits of the module docstring (a device per
+    node); for a pipelined step also the balanced splits whose stage loads count their sends and receives."""
     budget = MemoryBudget(graph, cluster)
     order = units_in_topological_order(graph)
     demand = budget.demand[order]
@@ -133,8 +150,12 @@ def split(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarra
         devices_arr = np.asarray(devices, dtype=np.int64)
         caps = cluster.memory[devices_arr].astype(np.float64)
         found = list(fewest_bytes_cuts(demand, caps[: min(m, order.size)], cuts).values())
-        balanced = balanced_cuts(seconds, cluster.speed[devices_arr], demand, caps)
-        for bounds in found + ([balanced] if balanced is not None else []):
+        balanced = [balanced_cuts(seconds, cluster.speed[devices_arr], demand, caps)]
+        if step.pipelined:  # a stage's load: its compute and the sends and receives at its two cuts
+            link = cluster.bandwidth[np.ix_(devices_arr, devices_arr)]
+            slowest = float(np.min(link[~np.eye(m, dtype=bool)])) if m > 1 else float("inf")
+            balanced.append(balanced_cuts(seconds, cluster.speed[devices_arr], demand, caps, cuts / slowest))
+        for bounds in found + [b for b in balanced if b is not None]:
             if bounds is not None:
                 units = np.empty(graph.num_units, dtype=np.int64)
                 for k in range(len(bounds) - 1):
@@ -147,6 +168,6 @@ def split(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarra
         units[order] = np.minimum(np.searchsorted(edges, share[:-1], side="right"), m - 1)
         candidates.append(units)
     rows = np.stack([c[graph.unit_of] for c in candidates])
-    batch = Simulator(graph, cluster).simulate_batch(rows, check=False)
+    batch = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step).simulate_batch(rows, check=False)
     best = int(np.lexsort((batch.makespan, overflow_bytes(batch.peak_memory, cluster)))[0])
     return rows[best]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Collection
 from typing import Any
@@ -10,7 +11,8 @@ import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
-from placement_env.sim.simulator import Simulator, check_placement
+from placement_env.sim.pipeline import PLAIN_STEP, Step
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_placement
 
 from .memory import PlacementInfeasibleError
 
@@ -18,9 +20,19 @@ LARGE_GRAPH_OPS = 200_000  # beyond this many ops, a search starts only from its
 START_TIME_RATIO = 10  # a start placer may take this many times as long as another one on the same graph
 
 
+def run_placer(placer: Callable[..., np.ndarray], graph: ComputationGraph, cluster: Cluster, seed: int,
+               step: Step = PLAIN_STEP) -> np.ndarray:
+    """``placer``'s placement, given ``step`` when it takes one (the placers that judge by the simulator do; a
+    heuristic places by its own model)."""
+    if "step" in inspect.signature(placer, follow_wrapped=False).parameters:  # a wrapper's own, not the placer's
+        return placer(graph, cluster, seed, step=step)
+    return placer(graph, cluster, seed)
+
+
 def ranked_starts(graph: ComputationGraph, cluster: Cluster, start_placers: dict[str, Callable[..., np.ndarray]],
                   seed: int = 0, budget_seconds: float | None = None,
-                  quick: Collection[str] = ()) -> tuple[list[tuple[float, str, np.ndarray]], float]:
+                  quick: Collection[str] = (),
+                  step: Step = PLAIN_STEP) -> tuple[list[tuple[float, str, np.ndarray]], float]:
     """``([(makespan s, placer, placement), ...] fastest first, seconds spent)``: the distinct placements of
     ``start_placers`` that the simulator finds within memory, the placers run in their order.
 
@@ -34,7 +46,7 @@ def ranked_starts(graph: ComputationGraph, cluster: Cluster, start_placers: dict
     began = time.perf_counter()
     if graph.num_nodes > LARGE_GRAPH_OPS and any(name in start_placers for name in quick):
         start_placers = {name: start for name, start in start_placers.items() if name in quick}
-    simulator = Simulator(graph, cluster)
+    simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step)  # the start placers are judged by ``step``
     if budget_seconds is not None:  # load the compiled kernel now, so that no start placer is timed with it
         simulator.run(np.zeros(graph.num_nodes, dtype=np.int64))
     found: list[tuple[float, str, np.ndarray]] = []
@@ -46,7 +58,7 @@ def ranked_starts(graph: ComputationGraph, cluster: Cluster, start_placers: dict
                 and placer_began - began + START_TIME_RATIO * longest > budget_seconds / 2):
             break
         try:
-            placement = start(graph, cluster, seed)
+            placement = run_placer(start, graph, cluster, seed, step)
         except PlacementInfeasibleError as error:
             reason = error
             longest = max(longest, time.perf_counter() - placer_began)
@@ -64,14 +76,14 @@ def ranked_starts(graph: ComputationGraph, cluster: Cluster, start_placers: dict
 def best_of_starts(graph: ComputationGraph, cluster: Cluster, seed: int,
                    start_placers: dict[str, Callable[..., np.ndarray]], starts: int,
                    search: Callable[[np.ndarray, float | None], Any], budget_seconds: float | None,
-                   quick: Collection[str] = ()) -> np.ndarray:
+                   quick: Collection[str] = (), step: Step = PLAIN_STEP) -> np.ndarray:
     """Run ``search(placement, seconds)`` from each of the ``starts`` fastest placements of ``start_placers`` that
     fit (:func:`ranked_starts`, given ``budget_seconds`` and ``quick``); return the placement of the best result
     (least ``overflow``, then ``makespan``). With ``budget_seconds``, each search gets an equal part of what is left
     of it when the search begins (``seconds``, zero when the start placers used it all); without, ``seconds`` is
     None."""
     began = time.perf_counter()
-    found, _ = ranked_starts(graph, cluster, start_placers, seed, budget_seconds, quick)
+    found, _ = ranked_starts(graph, cluster, start_placers, seed, budget_seconds, quick, step)
     chosen = found[:starts]
     results = []
     for i, (_, _, placement) in enumerate(chosen):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,6 +25,30 @@ SCHEDULES = ("1f1b", "gpipe")
 DEFAULT_SCHEDULE = "1f1b"
 
 FORWARD, BACKWARD, UPDATE = 0, 1, 2  # op kinds
+
+
+class Step(NamedTuple):
+    """The step a placement is judged by: ``microbatches`` (1: the plain step) under ``schedule``; spread it
+    into the simulator's arguments, ``Simulator(graph, cluster, param_factor, *step)``."""
+
+    microbatches: int = 1
+    schedule: str = DEFAULT_SCHEDULE
+
+    def checked(self, graph: ComputationGraph | None = None) -> Step:
+        """This step, or a ``ValueError`` naming a bad micro-batch count (for ``graph``) or schedule."""
+        return Step(checked_microbatches(self.microbatches, graph), checked_schedule(self.schedule))
+
+    @property
+    def pipelined(self) -> bool:
+        return self.microbatches > 1
+
+    def describe(self) -> str:
+        """``"1 batch"`` or ``"8 micro-batches, 1f1b"``, for reports."""
+        return f"{self.microbatches} micro-batches, {self.schedule}" if self.pipelined else "1 batch"
+
+
+PLAIN_STEP = Step()
+"""The plain step of ``docs/spec/simulator.md`` section 3."""
 
 
 def checked_microbatches(value: object, graph: ComputationGraph | None = None) -> int:
@@ -151,5 +176,5 @@ def stage_caps(graph: ComputationGraph, placement: np.ndarray, num_devices: int)
     return caps
 
 
-__all__ = ["DEFAULT_SCHEDULE", "SCHEDULES", "Unrolled", "checked_microbatches", "checked_schedule",
-           "schedule_keys", "stage_caps", "stepped_graph", "unrolled"]
+__all__ = ["DEFAULT_SCHEDULE", "PLAIN_STEP", "SCHEDULES", "Step", "Unrolled", "checked_microbatches",
+           "checked_schedule", "schedule_keys", "stage_caps", "stepped_graph", "unrolled"]
