@@ -31,7 +31,7 @@ ALGORITHMS = ("ppo", "a2c", "reinforce", "maskable-ppo", "guided")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from placement_env.cli import OneLineParser  # here, so that Ctrl-C while it loads is caught by run()
+    from placement_env.cli import OneLineParser, add_step_args  # here, so that Ctrl-C while it loads is caught by run()
 
     p = OneLineParser(prog="python train.py", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--encoder", default="fadp-gt", help="a graph encoder name (graph_encoders.list_encoders())")
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--devices", type=int, help="identical devices of --device-kind (default 3)")
     group.add_argument("--cluster", help="a cluster JSON file")
     p.add_argument("--device-kind", default="p100")
+    add_step_args(p)
     p.add_argument("--timesteps", type=int, default=100_000, help="environment steps")
     p.add_argument("--episodes", type=int, default=10_000, help="episodes (REINFORCE)")
     p.add_argument("--budget-seconds", type=float, default=60.0, help="stop training after this long (default 60)")

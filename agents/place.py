@@ -23,13 +23,16 @@ from placement_env.cli import (
     OneLineParser,
     Terminated,
     add_graph_and_cluster_args,
+    add_step_args,
     check_output_paths,
+    checked_step_args,
     graph_and_cluster_from_args,
     ignore_interrupts,
     interrupted,
     run_cli,
 )
 from placement_env.graph.placement_io import write_placement
+from placement_env.sim.pipeline import Step
 
 DEFAULT_BUDGET_SECONDS = 10.0  # agents.learned.placer.DEFAULT_BUDGET_SECONDS (a test holds them equal)
 DEFAULT_SAMPLES = 512  # agents.learned.placer.DEFAULT_SAMPLES
@@ -39,6 +42,7 @@ def build_parser() -> OneLineParser:
     """The command's argument parser (errors are one line, status 2)."""
     parser = OneLineParser(prog="python -m agents.place", description=(__doc__ or "").splitlines()[0])
     add_graph_and_cluster_args(parser)
+    add_step_args(parser)
     parser.add_argument("--policy", metavar="FILE", help="a policy from python -m agents.pretrain (default: the "
                                                         "shipped one), or a checkpoint of train.py")
     parser.add_argument("--budget-seconds", type=float, metavar="S",
@@ -64,14 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         checked_count("--samples", args.samples, 1)
         check_output_paths(args.out)
         graph, cluster = graph_and_cluster_from_args(args)
+        step = Step(**checked_step_args(args, graph))
         if args.policy is not None and not os.path.isfile(args.policy):
             raise ValueError(f"--policy: no such file: {args.policy!r}")
         from agents.learned import placer, report  # torch: loaded once the input is checked
 
         result = placer.place(graph, cluster, args.policy, args.budget_seconds, args.zero_shot, args.seed,
-                              args.samples)
+                              args.samples, step=step)
         with ignore_interrupts():  # the best placement found is reported and written whole
-            print(report.placement_report(graph, cluster, result, args.seed))
+            print(report.placement_report(graph, cluster, result, args.seed, step))
             if args.out:
                 write_placement(result.placement, args.out)
                 print(f"placement in {args.out}")

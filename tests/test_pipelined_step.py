@@ -251,3 +251,17 @@ def test_the_searches_and_the_comparison_judge_by_the_pipelined_step(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "baselines", "--graph", str(path), "--microbatches", "-1"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.strip() == "error: microbatches must be an integer >= 1, got -1"
+
+
+def test_train_and_the_learned_placer_take_the_pipelined_step(tmp_path):
+    from agents.training import TrainConfig
+
+    config = TrainConfig(graph="default", devices=2, microbatches=4, schedule="gpipe", out=str(tmp_path / "run"))
+    assert config.env_kwargs()["microbatches"] == 4 and config.step == Step(4, "gpipe")
+    assert "microbatches" not in TrainConfig(graph="default").env_kwargs()
+    with pytest.raises(ValueError, match="microbatches must be an integer >= 1, got 0"):
+        TrainConfig(microbatches=0)
+    run = subprocess.run([sys.executable, "-m", "agents.place", "--graph", "default", "--devices", "2",
+                          "--zero-shot", "--microbatches", "4", "--samples", "16"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "4 micro-batches, 1f1b" in run.stdout

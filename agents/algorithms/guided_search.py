@@ -20,6 +20,7 @@ import torch
 
 from agents.policies.network import PlacementNetwork
 from placement_env.checks import checked_count, checked_finite
+from placement_env.sim.pipeline import Step
 
 from . import random_state
 from .base import PlacementAlgorithm
@@ -72,7 +73,8 @@ class GuidedSearch(PlacementAlgorithm):
             task = self.env.unwrapped.task  # type: ignore[attr-defined]
             start = task.initial_units(gi, self.env.unwrapped.initial_placement,  # type: ignore[attr-defined]
                                        np.random.default_rng(self.seed))
-            problem = PlacementProblem(task.graphs[gi], task.cluster, task.max_devices, start)
+            problem = PlacementProblem(task.graphs[gi], task.cluster, task.max_devices, start,
+                                       Step(task.microbatches, task.schedule))  # the environment's step
             archive = EliteArchive(self.config.elite)
             archive.add(start[None, :], *problem.judge(start[None, :]))
             self._problems[gi] = (problem, archive)

@@ -13,7 +13,8 @@ from baselines.memory import overflow_bytes
 from placement_env.cluster import Cluster
 from placement_env.envs.task import PlacementTask
 from placement_env.graph.model import ComputationGraph
-from placement_env.sim.simulator import Simulator
+from placement_env.sim.pipeline import PLAIN_STEP, Step
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 
 
 def homogeneous(cluster: Cluster) -> bool:
@@ -66,15 +67,16 @@ class PlacementProblem:
         cluster: its devices.
         max_devices: the policy's device padding (at least the cluster's device count).
         start_units: the placement the observation shows (a device per unit; default everything on device 0).
+        step: the step placements are judged by (default the plain step; ``Step(8, "1f1b")``: pipelined).
     """
 
     def __init__(self, graph: ComputationGraph, cluster: Cluster, max_devices: int,
-                 start_units: np.ndarray | None = None) -> None:
-        self.graph, self.cluster = graph, cluster
+                 start_units: np.ndarray | None = None, step: Step = PLAIN_STEP) -> None:
+        self.graph, self.cluster, self.step = graph, cluster, step
         self.task = PlacementTask(graph, cluster=cluster, max_devices=max_devices, flatten=False, max_units=None)
         self.units = self.task.units[0]
         self.num_units, self.num_devices = self.units.num_units, cluster.num_devices
-        self.simulator = Simulator(graph, cluster)
+        self.simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step)
         self.canonical = homogeneous(cluster)
         start = np.zeros(self.num_units, np.int64) if start_units is None else np.asarray(start_units, np.int64)
         self.start_units = start

@@ -174,7 +174,8 @@ def _rounds(network: PlacementNetwork, problem: PlacementProblem, budget_seconds
                     anneal = replace(anneal, t_start=anneal.t_start * ratio**low, t_end=anneal.t_start * ratio**high)
             if seconds <= 0:
                 break
-            refined = anneal_units(problem.graph, problem.cluster, start, seed + rounds, seconds, config=anneal)
+            refined = anneal_units(problem.graph, problem.cluster, start, seed + rounds, seconds, config=anneal,
+                                   step=problem.step)
             counters[1] += refined.evaluations
             units = problem.graph.unit_placement(refined.placement)[None, :]
             archive.add(units, np.array([refined.makespan]), np.array([refined.overflow]))

@@ -46,7 +46,8 @@ from placement_env.cli import Terminated
 from placement_env.cluster import Cluster
 from placement_env.envs.task import fit_units
 from placement_env.graph.model import ComputationGraph
-from placement_env.sim.simulator import Simulator
+from placement_env.sim.pipeline import PLAIN_STEP, Step
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 
 from .policy_file import ALGO, load_policy, shipped_policy_path
 
@@ -97,27 +98,29 @@ def load_placement_policy(policy: Any = None) -> PlacementNetwork:
     return load_policy(policy)
 
 
-def classical_starts(graph: ComputationGraph, cluster: Cluster, seed: int) -> list[np.ndarray]:
+def classical_starts(graph: ComputationGraph, cluster: Cluster, seed: int,
+                     step: Step = PLAIN_STEP) -> list[np.ndarray]:
     """The unit placements of the fast placers the ``anneal`` placer starts from that fit in memory, fastest first
     (computed once per graph, cluster and seed; none when none fits; on a graph of more than
     :data:`~baselines.starts.LARGE_GRAPH_OPS` ops, only the quick ones, as the ``anneal`` placer's)."""
-    key = f"classical_starts:{seed}:{json.dumps(cluster.to_dict())}"
+    key = f"classical_starts:{seed}:{tuple(step)}:{json.dumps(cluster.to_dict())}"
     if key not in graph.derived:
         try:
             found, _ = ranked_starts(graph, cluster, {name: CONSTRUCTIVE[name] for name in SEARCH_STARTS}, seed,
-                                     quick=QUICK_STARTS)
+                                     quick=QUICK_STARTS, step=step)
         except PlacementInfeasibleError:
             found = []
         graph.derived[key] = [graph.unit_placement(placement) for _, _, placement in found]
     return [units.copy() for units in graph.derived[key]]
 
 
-def start_units(graph: ComputationGraph, cluster: Cluster, kind: str, seed: int = 0) -> np.ndarray:
+def start_units(graph: ComputationGraph, cluster: Cluster, kind: str, seed: int = 0,
+                step: Step = PLAIN_STEP) -> np.ndarray:
     """The placement (a device per unit) a policy's observation shows: ``best-fast``, the fastest placement within
     memory of :func:`classical_starts` (everything on device 0 when none fits), or ``single``, everything on
     device 0. ``ValueError`` for another kind."""
     if kind == "best-fast":
-        starts = classical_starts(graph, cluster, seed)
+        starts = classical_starts(graph, cluster, seed, step)
         if starts:
             return starts[0]
     elif kind != "single":
@@ -126,7 +129,7 @@ def start_units(graph: ComputationGraph, cluster: Cluster, kind: str, seed: int 
 
 
 def fitted_problem(graph: ComputationGraph, cluster: Cluster, network: PlacementNetwork,
-                   seed: int = 0) -> PlacementProblem:
+                   seed: int = 0, step: Step = PLAIN_STEP) -> PlacementProblem:
     """The :class:`~agents.algorithms.problem.PlacementProblem` of ``graph`` for ``network`` (its observation
     showing the start the policy was trained with), coarsened to the policy's unit limit when larger; a cluster of
     more devices than the policy knows is a ``ValueError``."""
@@ -135,8 +138,8 @@ def fitted_problem(graph: ComputationGraph, cluster: Cluster, network: Placement
         raise ValueError(f"the cluster has {cluster.num_devices} devices; this policy places on at most "
                          f"{max_devices} (pretrain one with python -m agents.pretrain --devices ...)")
     graph = fit_units(graph, max_units)
-    start = start_units(graph, cluster, getattr(network, "info", {}).get("start", "single"), seed)
-    return PlacementProblem(graph, cluster, max_devices, start)
+    start = start_units(graph, cluster, getattr(network, "info", {}).get("start", "single"), seed, step)
+    return PlacementProblem(graph, cluster, max_devices, start, step)
 
 
 def proposals(network: PlacementNetwork, problem: PlacementProblem, samples: int, seed: int,
@@ -156,7 +159,8 @@ def repaired(problem: PlacementProblem, units: np.ndarray, makespan: float,
     repair) with its makespan (s) and overflow (bytes), or as given when the repair finds nothing."""
     try:
         fixed = problem.graph.unit_placement(repair_memory(problem.graph, problem.cluster,
-                                                           problem.graph.expand_unit_placement(units)))
+                                                           problem.graph.expand_unit_placement(units),
+                                                           step=problem.step))
     except PlacementInfeasibleError:
         return units, makespan, overflow
     mk, over = problem.judge(fixed[None, :])
@@ -175,7 +179,7 @@ def is_placer_policy(policy: Any) -> bool:
 
 def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_seconds: float | None = None,
           zero_shot: bool = False, seed: int = 0, samples: int = DEFAULT_SAMPLES, use_classical_starts: bool = True,
-          learn: bool = True, allow_oom: bool = False) -> LearnedPlacement:
+          learn: bool = True, allow_oom: bool = False, step: Step = PLAIN_STEP) -> LearnedPlacement:
     """Place ``graph`` on ``cluster`` with ``policy`` (module docstring): zero-shot, or fine-tuned for
     ``budget_seconds`` seconds in all.
 
@@ -192,6 +196,8 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
         use_classical_starts: whether the search also starts from the fast placers' placements.
         learn: whether the policy learns during fine-tuning (False: it is only sampled).
         allow_oom: return the best placement found even when it is out of memory (``overflow`` > 0).
+        step: the step placements are judged by (``Step(8, "1f1b")``: 8 micro-batches pipelined; the policy was
+            pretrained on the plain step, the search judges by this one).
 
     Returns:
         a :class:`LearnedPlacement`, a device per node of ``graph`` (coarsening only groups ops). Ctrl-C (or
@@ -206,14 +212,15 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
             checkpoint.
     """
     began = time.perf_counter()
+    step = step.checked(graph)
     if not is_placer_policy(policy):
         placement, _ = policy_placement(graph, cluster, policy, ROLLOUT_STEPS, seed=seed, coarsen=True)
-        result = Simulator(graph, cluster).simulate(placement)
+        result = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step).simulate(placement)
         over = float(np.maximum(0.0, result.peak_memory - cluster.memory).sum())
         found = LearnedPlacement(placement, result.makespan, over, time.perf_counter() - began, "rollout", 0)
     else:
         found = _learned_placement(graph, cluster, policy, budget_seconds, zero_shot, seed, samples,
-                                   use_classical_starts, learn, began)
+                                   use_classical_starts, learn, began, step)
     if found.overflow > 0 and not allow_oom:
         if found.interrupted:
             raise Terminated() if found.terminated else KeyboardInterrupt()
@@ -226,12 +233,12 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
 
 def _learned_placement(graph: ComputationGraph, cluster: Cluster, policy: Any, budget_seconds: float | None,
                        zero_shot: bool, seed: int, samples: int, use_classical_starts: bool, learn: bool,
-                       began: float) -> LearnedPlacement:
+                       began: float, step: Step) -> LearnedPlacement:
     """:func:`place` with a placer policy."""
     budget = checked_budget(DEFAULT_BUDGET_SECONDS if budget_seconds is None else budget_seconds)
     checked_count("samples", samples, 1)
     network = copy.deepcopy(load_placement_policy(policy))  # fine-tuning must not change the caller's policy
-    problem = fitted_problem(graph, cluster, network, seed)
+    problem = fitted_problem(graph, cluster, network, seed, step)
     torch.manual_seed(seed)
     rows = proposals(network, problem, samples, seed, ZERO_SHOT_TEMPERATURE)
     makespan, overflow = problem.judge(rows)
@@ -270,13 +277,14 @@ def _explore(problem: PlacementProblem, archive: EliteArchive, proposal: np.ndar
     zero-shot ``proposal``, and :data:`EXPLORE_SHARE` of ``budget`` anneals from each of the
     :data:`EXPLORE_STARTS` best of them, every result joining ``archive`` as it finishes."""
     cluster = problem.cluster
-    starts = [proposal] + (classical_starts(problem.graph, cluster, seed) if use_classical_starts else [])
+    starts = [proposal] + (classical_starts(problem.graph, cluster, seed, problem.step) if use_classical_starts
+                           else [])
     if len(starts) > 1:
         archive.add(np.stack(starts[1:]), *problem.judge(np.stack(starts[1:])))
     if EXPLORE_SHARE > 0 and len(starts) > 1:
         order = np.lexsort(problem.judge(np.stack(starts))[::-1])[:EXPLORE_STARTS]
         seconds = EXPLORE_SHARE * budget / len(order)
         for i in order:
-            annealed = anneal_units(problem.graph, cluster, starts[i], seed, seconds)
+            annealed = anneal_units(problem.graph, cluster, starts[i], seed, seconds, step=problem.step)
             units = problem.graph.unit_placement(annealed.placement)[None, :]
             archive.add(units, *problem.judge(units))

@@ -7,19 +7,23 @@ from baselines.compare import FAST_COMPARED, best_row, compare_placers
 from baselines.placers import PLACERS
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
+from placement_env.sim.pipeline import PLAIN_STEP, Step, stepped_graph
 from placement_env.sim.simulator import lower_bound
 
 from .placer import LearnedPlacement
 
 
-def placement_report(graph: ComputationGraph, cluster: Cluster, result: LearnedPlacement, seed: int = 0) -> str:
-    """Lines: the graph and cluster; ``result`` (ms, times the lower bound, the method and its seconds); the best
-    of the fast placers (:data:`baselines.compare.FAST_COMPARED`, placed now with ``seed``) and how much faster or
-    slower the learned placement is; the lower bound."""
-    bound = lower_bound(graph, cluster)
-    fast = best_row(compare_placers(graph, cluster, {name: PLACERS[name] for name in FAST_COMPARED}, seed))
+def placement_report(graph: ComputationGraph, cluster: Cluster, result: LearnedPlacement, seed: int = 0,
+                     step: Step = PLAIN_STEP) -> str:
+    """Lines: the graph, cluster and step; ``result`` (ms, times the lower bound, the method and its seconds); the
+    best of the fast placers (:data:`baselines.compare.FAST_COMPARED`, placed now with ``seed``, judged by
+    ``step``) and how much faster or slower the learned placement is; the lower bound (of ``step``)."""
+    bound = lower_bound(stepped_graph(graph, step.microbatches), cluster)
+    fast = best_row(compare_placers(graph, cluster, {name: PLACERS[name] for name in FAST_COMPARED}, seed,
+                                    step=step))
     how = result.method + (", interrupted" if result.interrupted else "")
-    lines = [f"{graph.name} on {cluster.num_devices} devices ({cluster.name}):",
+    pipelined = f", {step.describe()}" if step.pipelined else ""
+    lines = [f"{graph.name} on {cluster.num_devices} devices ({cluster.name}{pipelined}):",
              f"  {'learned (' + how + f', {result.seconds:.1f} s)':<34} {result.makespan * 1e3:>10.3f} ms  "
              f"{result.makespan / bound:.3f} x lower bound"]
     if fast is None or fast.makespan is None:

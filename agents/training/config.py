@@ -22,6 +22,7 @@ from placement_env.envs.task import (
     initial_placement_names,
     resolve_graphs,
 )
+from placement_env.sim.pipeline import DEFAULT_SCHEDULE, Step
 
 BIG_GRAPH_OPS, BIG_GRAPH_UNITS = 5_000, 1_000  # from these sizes on, train.py prints its memory estimate
 
@@ -95,6 +96,8 @@ class TrainConfig:
     resume: bool = False
     progress: str = "off"
     compare_searches: bool = True
+    microbatches: int = 1
+    schedule: str = DEFAULT_SCHEDULE
 
     def __post_init__(self) -> None:
         if self.encoder not in ENCODER_NAMES:
@@ -123,6 +126,7 @@ class TrainConfig:
             raise ValueError(f"--epsilon must be in [0, 1], got {self.epsilon}")
         if self.progress not in PROGRESS_MODES:
             raise ValueError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got {self.progress!r}")
+        Step(self.microbatches, self.schedule).checked()  # against the graph's batch in problem()
         object.__setattr__(self, "encoder_options", dict(self.encoder_options))
         check_encoder_options(self.encoder, self.encoder_kwargs())  # before torch loads
 
@@ -147,7 +151,14 @@ class TrainConfig:
             kwargs["device_kind"] = self.device_kind
         if self.algo != "maskable-ppo":
             kwargs["episode_length"] = self.episode_length
+        if self.microbatches > 1:
+            kwargs.update(microbatches=self.microbatches, schedule=self.schedule)
         return kwargs
+
+    @property
+    def step(self) -> Step:
+        """The step this run's placements are judged by."""
+        return Step(self.microbatches, self.schedule)
 
     def env_id(self) -> str:
         """``DevicePlacementSequential-v0`` for MaskablePPO (Placeto's MDP), else ``DevicePlacement-v0``."""
@@ -177,6 +188,7 @@ class TrainConfig:
                 gib = estimated_peak_bytes(graph.num_nodes, fitted.num_units) / 2**30
                 print(f"notice: graph {graph.name!r} ({graph.num_nodes:,} ops, {fitted.num_units:,} units placed): "
                       f"expect a peak memory of about {gib:.1f} GiB", file=sys.stderr)
+            self.step.checked(fitted)  # no more micro-batches than the batch it was traced with
             graphs.append(fitted)
         cluster = Cluster.from_json(self.cluster) if self.cluster else \
             Cluster.preset(self.device_kind, 3 if self.devices is None else self.devices)

@@ -17,9 +17,11 @@ from agents.training.tracker import BestTracker
 from baselines import PLACERS, PlacementInfeasibleError
 from baselines.compare import FAST_COMPARED
 from baselines.placers import search_placers
+from baselines.starts import run_placer
 from placement_env import Cluster, ComputationGraph, SimulationResult, simulate, write_placement
 from placement_env.envs.render import gantt_rgb
 from placement_env.json_files import replace_atomically, write_text_atomically
+from placement_env.sim.pipeline import PLAIN_STEP, Step, stepped_graph
 
 COMPARED_PLACERS = FAST_COMPARED  # and, with TrainConfig.compare_searches, the search placers at the run's budget
 SEARCHES = ("local-search", "anneal")
@@ -35,11 +37,13 @@ def _version(package: str) -> str | None:
 
 
 def judge_graph(graph: ComputationGraph, placement: np.ndarray, cluster: Cluster, tracker: BestTracker,
-                seed: int, search_seconds: float | None = None) -> tuple[dict[str, Any], SimulationResult]:
+                seed: int, search_seconds: float | None = None,
+                step: Step = PLAIN_STEP) -> tuple[dict[str, Any], SimulationResult]:
     """Simulate ``placement`` (the validation, timed) and the compared placers' placements of ``graph``: the fast
-    ones, and with ``search_seconds`` the search placers given that budget each (``baselines`` names s)."""
+    ones, and with ``search_seconds`` the search placers given that budget each (``baselines`` names s); every
+    placement judged by ``step``, which the placers that judge by the simulator are given."""
     start = time.perf_counter()
-    result = simulate(graph, placement, cluster)
+    result = simulate(graph, placement, cluster, microbatches=step.microbatches, schedule=step.schedule)
     validation = time.perf_counter() - start
     placers = {name: PLACERS[name] for name in COMPARED_PLACERS}
     if search_seconds is not None:
@@ -47,7 +51,8 @@ def judge_graph(graph: ComputationGraph, placement: np.ndarray, cluster: Cluster
     compared: dict[str, float | str] = {}
     for name, placer in placers.items():
         try:
-            compared[name] = simulate(graph, placer(graph, cluster, seed), cluster).makespan
+            compared[name] = simulate(graph, run_placer(placer, graph, cluster, seed, step), cluster,
+                                      microbatches=step.microbatches, schedule=step.schedule).makespan
         except PlacementInfeasibleError as exc:
             compared[name] = f"infeasible: {exc}"
     entry = {"graph": graph.name, "makespan": result.makespan, "lower_bound": result.lower_bound,
@@ -74,7 +79,7 @@ def write_outputs(config: TrainConfig, out: Path, graphs: list[ComputationGraph]
     searching = max(0.1, search_seconds) / len(graphs) if config.compare_searches else None
     for graph in graphs:
         placement = np.asarray(tracker.best[graph.name][1])
-        entry, result = judge_graph(graph, placement, cluster, tracker, config.seed, searching)
+        entry, result = judge_graph(graph, placement, cluster, tracker, config.seed, searching, config.step)
         search_seconds += entry["validation_seconds"]  # validation is part of the search
         per_graph.append(entry)
         first_result = first_result or result
@@ -126,4 +131,5 @@ def draw(config: TrainConfig, out: Path, graph: ComputationGraph, cluster: Clust
     plt.close(fig)
     names = [d.name for d in cluster.devices]
     with replace_atomically(out / "gantt.png") as temporary:
-        plt.imsave(temporary, gantt_rgb(result, list(graph.ops), names, title=f"best placement, {graph.name}"))
+        ops = list(stepped_graph(graph, result.microbatches).ops)  # of the unrolled step when pipelined
+        plt.imsave(temporary, gantt_rgb(result, ops, names, title=f"best placement, {graph.name}"))

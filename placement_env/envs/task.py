@@ -20,7 +20,7 @@ from placement_env.cluster import DEFAULT_KIND, Cluster
 from placement_env.graph.coarsen import coarsen
 from placement_env.graph.model import ComputationGraph
 from placement_env.graph.units import STATIC_FEATURES, UnitGraph, unit_graph
-from placement_env.sim.pipeline import DEFAULT_SCHEDULE, checked_microbatches, checked_schedule
+from placement_env.sim.pipeline import DEFAULT_SCHEDULE, checked_microbatches, checked_schedule, stepped_graph
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, checked_param_factor, lb_ratio
 from placement_env.zoo.registry import SUITES, load_graph, load_suite
 
@@ -335,4 +335,4 @@ class Episode:
         names = [d.name for d in self.task.cluster.devices]
         if mode == "ansi":
             return summary_text(result, self.task.cluster.memory, names, header)
-        return gantt_rgb(result, graph.ops, names, title=header)
+        return gantt_rgb(result, stepped_graph(graph, result.microbatches).ops, names, title=header)
