@@ -16,8 +16,9 @@ from pathlib import Path
 from agents.jobs import add_fanout_args, fanout_from_args, open_runner
 from agents.paper.benchmark_cells import HELD_OUT_SEEDS, REAL, RUNTIME, SUITES, Cell, has_module_names, methods
 from placement_env.checks import checked_finite
-from placement_env.cli import OneLineParser, check_output_paths, run_cli
+from placement_env.cli import OneLineParser, add_step_args, check_output_paths, run_cli
 from placement_env.cluster import Cluster
+from placement_env.sim.pipeline import Step
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-real", action="store_true", help="leave out the six real models")
     parser.add_argument("--methods", help="comma-separated subset of the methods (default: all; with --graph "
                                           "graphs that record module names, also " + ", ".join(RUNTIME) + ")")
+    add_step_args(parser)
     add_fanout_args(parser)
     args = parser.parse_args(argv)
 
@@ -50,14 +52,15 @@ def main(argv: list[str] | None = None) -> int:
         check_output_paths(None, args.out)
         if args.cluster:
             Cluster.from_json(args.cluster)  # checked before any work
+        step = Step(args.microbatches, args.schedule).checked()  # and against each graph's batch in its run
         if args.graph:
-            cells = [Cell(g, None if args.cluster else m, args.cluster) for g in args.graph
+            cells = [Cell(g, None if args.cluster else m, args.cluster, step) for g in args.graph
                      for m in ([None] if args.cluster else args.devices)]
         else:
-            cells = [Cell(f"{suite}/{seed}", None if args.cluster else m, args.cluster) for suite in SUITES
+            cells = [Cell(f"{suite}/{seed}", None if args.cluster else m, args.cluster, step) for suite in SUITES
                      for seed in args.seeds for m in ([None] if args.cluster else args.devices)]
             if not args.no_real:
-                cells += [Cell(model, None if args.cluster else 8, args.cluster) for model in REAL]
+                cells += [Cell(model, None if args.cluster else 8, args.cluster, step) for model in REAL]
         modules = bool(args.graph) and all(has_module_names(g) for g in args.graph)
         names = methods(include_runtime=modules)
         if args.methods:

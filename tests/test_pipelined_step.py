@@ -265,3 +265,25 @@ def test_train_and_the_learned_placer_take_the_pipelined_step(tmp_path):
                           "--zero-shot", "--microbatches", "4", "--samples", "16"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "4 micro-batches, 1f1b" in run.stdout
+
+
+def test_the_benchmark_cells_carry_the_step(tmp_path):
+    from agents.paper.benchmark import method_inputs, run_method
+    from agents.paper.benchmark_cells import Cell
+
+    forward = ComputationGraph([Node(f"L{s}", "layer", 1e-3, 10**6, 10**4) for s in range(12)],
+                               [Edge(f"L{s}", f"L{s + 1}") for s in range(11)], name="chain12")
+    g = to_training_graph(forward)
+    path = tmp_path / "chain12.json"
+    write_graph(g, path)
+    plain, piped = Cell(str(path), 4), Cell(str(path), 4, step=Step(8, "1f1b"))
+    assert plain.key == "chain12_4gpu" and piped.key == "chain12_4gpu_m8-1f1b"
+    assert method_inputs(plain, "split", 1.0, None) != method_inputs(piped, "split", 1.0, None)
+    record = run_method("split", piped, 1.0, None)
+    c = Cluster.preset("p100", 4)
+    assert record["makespan"] == simulate(g, split(g, c, step=Step(8, "1f1b")), c, microbatches=8).makespan
+    assert record["lower_bound"] == simulate(g, [0] * g.num_nodes, c, microbatches=8).lower_bound
+    bad = subprocess.run([sys.executable, "-m", "agents.benchmark", "--graph", str(path), "--microbatches", "0",
+                          "--out", str(tmp_path / "b")], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: microbatches must be an integer >= 1, got 0"
+    assert not (tmp_path / "b").exists()

@@ -38,9 +38,10 @@ from agents.learned.policy_file import new_network, shipped_policy_path
 from agents.training.lock import OutputLock
 from baselines.memory import PlacementInfeasibleError
 from baselines.placers import CONSTRUCTIVE, RUNTIME_DEFAULTS, search_placers
+from baselines.starts import run_placer
 from placement_env.graph.io import graph_digest
 from placement_env.json_files import digest_of, write_text_atomically
-from placement_env.sim.simulator import Simulator, lower_bound
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 
 from .benchmark_cells import LEARNED, SEARCHES, Cell
 
@@ -49,20 +50,21 @@ def run_method(method: str, cell: Cell, budget_seconds: float, policy: str | Non
     """Run one method on one cell; its record: ``makespan`` (s), ``overflow`` (bytes), ``seconds`` (wall-clock),
     ``lower_bound`` (s), or ``error`` when the method found no placement."""
     graph, cluster = cell.load()
-    simulator = Simulator(graph, cluster)
+    step = cell.step.checked(graph)
+    simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step)
     simulator.run(np.zeros(graph.num_nodes, np.int64))  # compiled before the clock starts, as torch is imported
     record: dict = {"method": method, "cell": cell.key, "budget_seconds": budget_seconds,
-                    "lower_bound": float(lower_bound(graph, cluster))}
+                    "lower_bound": float(simulator.lower_bound)}
     began = time.perf_counter()
     try:
         if method in CONSTRUCTIVE or method in SEARCHES or method in RUNTIME_DEFAULTS:
             placer = (CONSTRUCTIVE[method] if method in CONSTRUCTIVE else RUNTIME_DEFAULTS[method]
                       if method in RUNTIME_DEFAULTS else search_placers(budget_seconds)[method])
-            placement = placer(graph, cluster, seed)
+            placement = run_placer(placer, graph, cluster, seed, step)
         else:
             network = new_network() if method == "learned-scratch" else policy
             result = place(graph, cluster, network, budget_seconds, zero_shot=method == "zero-shot", seed=seed,
-                           allow_oom=True)
+                           allow_oom=True, step=step)
             placement = result.placement
     except PlacementInfeasibleError as error:
         record.update(error=str(error), seconds=time.perf_counter() - began)
@@ -155,6 +157,8 @@ def method_inputs(cell: Cell, method: str, budget_seconds: float, policy: str | 
     graph, cluster = cell.load()
     data: dict = {"graph": graph_digest(graph), "cluster": cluster.to_dict(), "method": method,
                   "budget_seconds": budget_seconds, "seed": seed}
+    if cell.step.pipelined:  # the plain step's digests stay those of the records cached before pipelining
+        data["step"] = list(cell.step)
     if method in ("zero-shot", "fine-tuned"):
         data["policy"] = hashlib.sha256(Path(policy or shipped_policy_path()).read_bytes()).hexdigest()
     return digest_of(data)

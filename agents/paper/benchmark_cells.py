@@ -7,6 +7,7 @@ from pathlib import Path
 
 from baselines.placers import CONSTRUCTIVE, RUNTIME_DEFAULTS
 from placement_env.cluster import Cluster
+from placement_env.sim.pipeline import PLAIN_STEP, Step
 from placement_env.zoo.registry import REAL_MODELS, load_graph
 from placement_env.zoo.suites import SUITE_NAMES
 
@@ -20,19 +21,23 @@ RUNTIME = tuple(RUNTIME_DEFAULTS)  # what accelerate and DeepSpeed do by default
 
 @dataclass(frozen=True)
 class Cell:
-    """One benchmark cell: a graph (name or file) on a cluster (``devices`` identical devices, or a file)."""
+    """One benchmark cell: a graph (name or file) on a cluster (``devices`` identical devices, or a file), judged
+    by ``step`` (the plain step, or a pipelined one)."""
 
     graph: str
     devices: int | None = None
     cluster_file: str | None = None
+    step: Step = PLAIN_STEP
 
     @property
     def key(self) -> str:
-        """The cell's name in the cache and the table: ``<graph>_<devices>gpu`` or ``<graph>_<cluster file stem>``."""
+        """The cell's name in the cache and the table: ``<graph>_<devices>gpu`` or ``<graph>_<cluster file stem>``,
+        then ``_m<microbatches>-<schedule>`` for a pipelined step."""
         where = Path(self.cluster_file).stem if self.cluster_file else f"{self.devices}gpu"
         graph = Path(self.graph).name.removesuffix(".gz").removesuffix(".json") if Path(self.graph).suffix in (
             ".json", ".gz") else self.graph.replace("/", "-")
-        return f"{graph}_{where}"
+        pipelined = f"_m{self.step.microbatches}-{self.step.schedule}" if self.step.pipelined else ""
+        return f"{graph}_{where}{pipelined}"
 
     def load(self):
         """``(graph, cluster)`` of the cell; ``ValueError`` / ``OSError`` naming what cannot be loaded."""
