@@ -31,7 +31,15 @@ from placement_env.json_files import write_text_atomically
 from placement_env.runtime import to_device_map, to_split_points
 from placement_env.sim.chrome_trace import write_chrome_trace
 from placement_env.sim.simulator import checked_param_factor, simulate
-from placement_env.zoo.registry import REAL_MODELS, REAL_MODELS_DIR, SUITES, list_graphs, load_graph
+from placement_env.zoo.registry import (
+    REAL_MODELS,
+    REAL_MODELS_DIR,
+    SUITES,
+    TRANSFORMERS,
+    TRANSFORMERS_DIR,
+    list_graphs,
+    load_graph,
+)
 from placement_env.zoo.suites import SUITE_NAMES, SUITE_SEEDS, shipped_path, table1_markdown
 
 
@@ -74,9 +82,10 @@ def list_shipped() -> None:
     for suite in SUITE_NAMES:
         for seed in SUITE_SEEDS:
             print("  " + _describe(f"{suite}/{seed}", shipped_path(suite, seed)))
-    for model in REAL_MODELS:
-        path = REAL_MODELS_DIR / f"{model}.json.gz"
-        print("  " + (_describe(model, path) if path.is_file() else f"{model:<16} not shipped in this install"))
+    for models, folder in ((REAL_MODELS, REAL_MODELS_DIR), (TRANSFORMERS, TRANSFORMERS_DIR)):
+        for model in models:
+            path = folder / f"{model}.json.gz"
+            print("  " + (_describe(model, path) if path.is_file() else f"{model:<16} not shipped in this install"))
     print("built on demand:")
     for name in list_graphs():
         if "<" in name:

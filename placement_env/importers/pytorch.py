@@ -55,6 +55,7 @@ from placement_env.graph.model import ComputationGraph, Edge, Node
 from placement_env.graph.training import to_training_graph
 
 from .module_names import ModuleNames, colocate_by_module
+from .parameters import canonical_names, owned_parameters, parameter_op, parameter_readers
 from .recurrent import LayerwiseRNN, layerwise_recurrent
 from .roofline import ROOFLINE_DEVICES, RooflineDevice, precision_name, roofline_seconds
 
@@ -219,36 +220,6 @@ class _Recorder(torch.fx.Interpreter):
         return statistics.median(times[1:])
 
 
-def _owned_parameters(gm: torch.fx.GraphModule, n: torch.fx.Node) -> list[str]:
-    """The parameter names an fx node reads: its module's parameters, or the attributes it takes as inputs."""
-    owned = []
-    if n.op == "call_module":
-        owned = [f"{n.target}.{k}" for k, _ in gm.get_submodule(str(n.target)).named_parameters()]
-    return owned + [str(a.target) for a in n.all_input_nodes if a.op == "get_attr"]
-
-
-def _parameter_readers(gm: torch.fx.GraphModule, records: dict[str, dict]) -> dict[str, int]:
-    """How many recorded ops read each parameter."""
-    count: dict[str, int] = {}
-    for n in gm.graph.nodes:
-        if n.name in records:
-            for key in set(_owned_parameters(gm, n)):
-                count[key] = count.get(key, 0) + 1
-    return count
-
-
-def _parameter_op(key: str, size: int, nodes: list[Node], producers: dict[str, str],
-                  out_bytes: dict[str, int], module: str) -> str:
-    """The id of the ``parameter`` op of shared parameter ``key`` (owned by ``module``), added before its first
-    reader."""
-    op_id = f"param:{key}"
-    if op_id not in producers:
-        nodes.append(Node(op_id, "parameter", 0.0, size, size, flops=0.0, module=module))
-        producers[op_id] = op_id
-        out_bytes[op_id] = size
-    return op_id
-
-
 def trace_model(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor = (),
                 example_kwargs: Mapping[str, Any] | None = None,
                 split_recurrent: bool = True) -> tuple[torch.fx.GraphModule, list[Any], nn.Module]:
@@ -383,7 +354,8 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
     group: dict[str, str] = {}
     nodes: list[Node] = []
     edges: list[Edge] = []
-    readers = _parameter_readers(gm, recorder.records)
+    canonical = canonical_names(gm)
+    readers = parameter_readers(gm, recorder.records, canonical)
     modules = ModuleNames.of(module)
     shared = {key for key, count in readers.items() if count > 1 and key in params} if shared_parameters else set()
     for n in gm.graph.nodes:
@@ -402,11 +374,11 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
             continue
         inputs_of = [a for a in n.all_input_nodes if a.name in producers]
         param_b = 0
-        owned = _owned_parameters(gm, n)
+        owned = owned_parameters(gm, n, canonical)
         shared_reads = []
         for key in owned:
             if key in shared:
-                shared_reads.append(_parameter_op(key, params[key], nodes, producers, out_bytes,
+                shared_reads.append(parameter_op(key, params[key], nodes, producers, out_bytes,
                                                   modules.of_parameter(key)))
             elif key in params and key not in charged:
                 charged.add(key)

@@ -91,18 +91,36 @@ class PlacedModules:
 def layer_sequence(graph: ComputationGraph) -> list[str]:
     """The model as a list of layers in program order, as a pipeline runtime lists them (DeepSpeed's
     ``PipelineModule(layers=...)``): the model's submodules, a container without ops of its own (an
-    ``nn.ModuleList`` / ``nn.Sequential`` of blocks) replaced by its children. Raises ``ValueError`` for a graph
+    ``nn.ModuleList`` / ``nn.Sequential`` of blocks) replaced by its children, and so is a module that holds a
+    list of blocks of one structure somewhere below it (``transformer`` of GPT-2: its embeddings, ``h.0`` ..
+    ``h.11``, ``ln_f``). Raises ``ValueError`` for a graph
     without module names."""
     placed = PlacedModules(graph, np.zeros(graph.num_nodes, dtype=np.int64))
     layers: list[str] = []
 
-    def visit(name: str) -> None:
+    def shape(name: str) -> tuple[str, ...]:
+        return tuple(child.rsplit(".", 1)[-1] for child in placed.children(name))
+
+    def repeats_blocks(name: str) -> bool:
+        """A list of at least two blocks of one structure (``transformer.h``: ``h.0`` .. ``h.11``)."""
         children = placed.children(name)
-        if name and (name in placed.own or not children):
+        return len(children) >= 2 and bool(shape(children[0])) and all(shape(c) == shape(children[0])
+                                                                        for c in children)
+
+    def holds_blocks(name: str) -> bool:
+        return repeats_blocks(name) or any(holds_blocks(child) for child in placed.children(name))
+
+    def visit(name: str, block: bool = False) -> None:
+        children = placed.children(name)
+        # a module with glue ops of its own around a list of blocks (GPT2Model: position ids around h.0..h.11)
+        # is listed by its parts, and each block of such a list is one layer (even without ops of its own, as
+        # BertLayer), as a user lists them for DeepSpeed
+        if name and (block or name in placed.own or not children) and not holds_blocks(name):
             layers.append(name)
             return
+        blocks = repeats_blocks(name)
         for child in children:
-            visit(child)
+            visit(child, blocks)
 
     visit("")
     return layers

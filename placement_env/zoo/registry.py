@@ -41,6 +41,17 @@ REAL_MODELS: dict[str, str] = {
     "nasnet_large": "NASNet-A large (timm nasnetalarge)", "pnasnet_large": "PNASNet-5 large (timm pnasnet5large)",
 }
 
+TRANSFORMERS_DIR = Path(__file__).resolve().parent / "data" / "transformers"
+# the transformers of the zoo (file stem -> description), extracted by scripts/extract_transformers.py
+TRANSFORMERS: dict[str, str] = {
+    "gpt2": "GPT-2 small (124 M), batch 8 x 1,024 tokens",
+    "gpt2-medium": "GPT-2 medium (355 M), batch 8 x 1,024 tokens",
+    "bert-base": "BERT-base (110 M, masked LM), batch 32 x 512 tokens",
+    "bert-large": "BERT-large (335 M, masked LM), batch 32 x 512 tokens",
+    "llama-1b": "a Llama-style decoder of TinyLlama-1.1B's shape, batch 8 x 2,048 tokens",
+    "vit-b16": "ViT-B/16 (86 M), batch 64 x 224 x 224",
+}
+
 
 def load_graph(source: str | os.PathLike | ComputationGraph) -> ComputationGraph:
     """A graph from a shipped name, a ``.json`` / ``.json.gz`` path, or a graph object (returned as is).
@@ -63,12 +74,14 @@ def load_graph(source: str | os.PathLike | ComputationGraph) -> ComputationGraph
         if family == "synthetic":
             return layered_dag(seed, training=True, name=text, num_ops=SYNTHETIC_FORWARD_OPS)
         return load_suite_graph(family, seed)
-    if text in REAL_MODELS:
-        path = REAL_MODELS_DIR / f"{text}.json.gz"
-        if not path.is_file():
-            raise FileNotFoundError(f"real model {text!r} is not shipped in this install ({path} is missing); "
-                                    "extract it with scripts/extract_real_models.py")
-        return read_graph(path)
+    for names, folder, what, script in ((REAL_MODELS, REAL_MODELS_DIR, "real model", "extract_real_models"),
+                                        (TRANSFORMERS, TRANSFORMERS_DIR, "transformer", "extract_transformers")):
+        if text in names:
+            path = folder / f"{text}.json.gz"
+            if not path.is_file():
+                raise FileNotFoundError(f"{what} {text!r} is not shipped in this install ({path} is missing); "
+                                        f"extract it with scripts/{script}.py")
+            return read_graph(path)
     if text.endswith((".json", ".json.gz")):
         raise FileNotFoundError(f"graph file {text!r} does not exist")
     near = nearest_names(text)
@@ -89,6 +102,7 @@ def nearest_names(text: str, count: int = 3) -> list[str]:
 SUITES: dict[str, list[str]] = {name: [f"{name}/{seed}" for seed in SUITE_SEEDS] for name in SUITE_NAMES}
 SUITES["synthetic"] = [f"synthetic/{seed}" for seed in SUITE_SEEDS]
 SUITES["real"] = list(REAL_MODELS)
+SUITES["transformers"] = list(TRANSFORMERS)
 
 
 def load_suite(name: str) -> list[ComputationGraph]:
@@ -101,4 +115,5 @@ def load_suite(name: str) -> list[ComputationGraph]:
 def list_graphs() -> list[str]:
     """The names :func:`load_graph` knows (``<seed>`` stands for any non-negative integer)."""
     return (["default"] + [f"{name}/<seed>" for name in SUITE_NAMES] + ["synthetic/<seed>"]
-            + [m for m in REAL_MODELS if (REAL_MODELS_DIR / f"{m}.json.gz").is_file()])
+            + [m for m in REAL_MODELS if (REAL_MODELS_DIR / f"{m}.json.gz").is_file()]
+            + [m for m in TRANSFORMERS if (TRANSFORMERS_DIR / f"{m}.json.gz").is_file()])
