@@ -30,7 +30,7 @@ from placement_env.sim.pipeline import Step
 
 from . import PLACERS
 from .compare import compare_placers, format_table
-from .placers import QUICK_STARTS, RUNTIME_DEFAULTS, placers_with_budget
+from .placers import CONTIGUOUS_RUNTIME_DEFAULTS, QUICK_STARTS, RUNTIME_DEFAULTS, placers_with_budget
 from .starts import LARGE_GRAPH_OPS
 
 
@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--placers",
                         help=f"comma-separated subset of: {', '.join([*PLACERS, *RUNTIME_DEFAULTS])} (default: all; "
                              f"{', '.join(RUNTIME_DEFAULTS)}, DeepSpeed's partitions, for graphs with module names)")
+    parser.add_argument("--contiguous", action="store_true",
+                        help="every placer in contiguous mode: pipeline stages in program order, as "
+                             "torch.distributed.pipelining and DeepSpeed run them (docs/placers.md#contiguous-stages)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the randomized placers (default 0)")
     parser.add_argument("--budget-seconds", type=float, metavar="S",
                         help="wall-clock seconds for each search placer (local-search, anneal), start placers "
@@ -65,7 +68,8 @@ def _print_progress(index: int, total: int, name: str, seconds: float | None) ->
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     check_output_paths(args.json, args.placements_dir, args.traces_dir)
-    placers = {**placers_with_budget(args.budget_seconds), **RUNTIME_DEFAULTS}
+    placers = {**placers_with_budget(args.budget_seconds, args.contiguous),
+               **(CONTIGUOUS_RUNTIME_DEFAULTS if args.contiguous else RUNTIME_DEFAULTS)}
     graph, cluster = graph_and_cluster_from_args(args)
     step = Step(**checked_step_args(args, graph))
     has_modules = any(node.module is not None for node in graph.nodes)
@@ -82,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         progress = _print_progress
     rows = compare_placers(graph, cluster, {n: placers[n] for n in names}, seed=args.seed, progress=progress,
                            step=step)
-    print(format_table(rows, graph, cluster, step))
+    print(format_table(rows, graph, cluster, step, args.contiguous))
     if args.json:
         payload = {"graph": graph.name, "cluster": cluster.to_dict(), "seed": args.seed,
-                   "microbatches": step.microbatches, "schedule": step.schedule,
+                   "microbatches": step.microbatches, "schedule": step.schedule, "contiguous": args.contiguous,
                    "rows": [r.to_dict(with_placement=True) for r in rows]}
         write_text_atomically(args.json, json.dumps(payload, indent=1))
     if args.placements_dir:

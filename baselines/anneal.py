@@ -17,6 +17,9 @@ the walk takes worse steps and leaves its basin, at a low one it takes the best 
 worse in memory overflow are drawn (a start out of memory first takes the least overflow), so a start within
 memory stays within memory. The best placement seen is returned.
 
+In contiguous mode (``contiguous=True``, for pipeline runtimes) the neighbours are instead the moves of
+:func:`~baselines.stages.stage_neighbours` (boundary shifts, stage exchanges, stage cuts), each contiguous.
+
 The search stops after ``max_steps`` steps when given (deterministic, for tests), and within ``time_budget``
 seconds counted from the call (its set-up included): a step judges only as many neighbours as are expected to
 be judged within the time left (:class:`~baselines.search_clock.SearchClock`; all ``batch`` of them but on a
@@ -41,6 +44,7 @@ from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_p
 
 from .local_search import RefineResult, judge_unit_placements
 from .search_clock import SearchClock
+from .stages import nearest_contiguous, program_order, stage_neighbours
 from .starts import best_of_starts
 
 
@@ -113,9 +117,12 @@ def nearest_units(graph: ComputationGraph, count: int) -> NearestUnits:
 
 def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndarray, seed: int = 0,
                  time_budget: float | None = 5.0, max_steps: int | None = None,
-                 config: AnnealConfig = AnnealConfig(), step: Step = PLAIN_STEP) -> RefineResult:
+                 config: AnnealConfig = AnnealConfig(), step: Step = PLAIN_STEP,
+                 contiguous: bool = False) -> RefineResult:
     """Anneal from ``start_units`` (a device per unit); returns the best placement seen (a device per node) with its
-    makespan (s), overflow (bytes), steps taken, evaluations and the best makespan after each step."""
+    makespan (s), overflow (bytes), steps taken, evaluations and the best makespan after each step.
+    ``contiguous``: the start is made contiguous (:func:`~baselines.stages.nearest_contiguous`) and the neighbours
+    are :func:`~baselines.stages.stage_neighbours`, so that every placement judged is contiguous."""
     if time_budget is None and max_steps is None:
         raise ValueError("anneal needs a time budget or a number of steps")
     clock = SearchClock(time_budget)  # the set-up counts: on a graph of a million ops it takes seconds
@@ -123,6 +130,8 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
     simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step)  # placements judged by ``step``
     m, nu = cluster.num_devices, graph.num_units
     current = np.asarray(start_units, dtype=np.int64).copy()
+    if contiguous:
+        current = graph.unit_placement(nearest_contiguous(graph, graph.expand_unit_placement(current)))
 
     def judge(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return judge_unit_placements(simulator, rows)
@@ -138,28 +147,17 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
     if m < 2 or nu == 0:
         return RefineResult(graph.expand_unit_placement(best), cur_mk, cur_over, 0, evaluations, history)
     near = nearest_units(graph, config.block_max - 1)
+    order = program_order(graph) if contiguous else np.zeros(0, dtype=np.int64)
     while max_steps is None or steps < max_steps:
         batch = clock.step(config.batch)  # the whole batch, or what the time left allows (0: stop)
         if batch == 0:
             break
-        n_moves, n_swaps = int(batch * config.move_share), int(batch * config.swap_share)
         progress = steps / max_steps if max_steps is not None else clock.progress()
         temperature = config.t_start * (config.t_end / config.t_start) ** min(progress, 1.0)
-        rows = np.repeat(current[None, :], batch, axis=0)
-        moved = rng.integers(0, nu, batch)
-        target = (current[moved] + rng.integers(1, m, batch)) % m
-        rows[np.arange(n_moves), moved[:n_moves]] = target[:n_moves]
-        for r in range(n_moves, n_moves + n_swaps):
-            a = moved[r]
-            others = np.nonzero(current != current[a])[0]
-            if others.size:
-                b = others[rng.integers(others.size)]
-                rows[r, a], rows[r, b] = current[b], current[a]
-        for r in range(n_moves + n_swaps, batch):
-            a = moved[r]
-            block = near[a][: rng.integers(1, config.block_max)]
-            rows[r, a] = target[r]
-            rows[r, block] = target[r]
+        if contiguous:
+            rows = stage_neighbours(current, order, m, batch, rng)
+        else:
+            rows = unit_neighbours(current, near, m, batch, rng, config)
         mk, over = judge(rows)
         evaluations += batch
         steps += 1
@@ -181,6 +179,30 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
     return RefineResult(graph.expand_unit_placement(best), best_key[1], best_key[0], steps, evaluations, history)
 
 
+def unit_neighbours(current: np.ndarray, near: NearestUnits, num_devices: int, batch: int,
+                    rng: np.random.Generator, config: AnnealConfig = AnnealConfig()) -> np.ndarray:
+    """``batch`` unit placements (rows) next to ``current``, as the annealing draws them (module docstring): the
+    first ``move_share`` of them moves of one unit, then ``swap_share`` swaps, the rest block moves."""
+    m, nu = num_devices, current.size
+    n_moves, n_swaps = int(batch * config.move_share), int(batch * config.swap_share)
+    rows = np.repeat(current[None, :], batch, axis=0)
+    moved = rng.integers(0, nu, batch)
+    target = (current[moved] + rng.integers(1, m, batch)) % m
+    rows[np.arange(n_moves), moved[:n_moves]] = target[:n_moves]
+    for r in range(n_moves, n_moves + n_swaps):
+        a = moved[r]
+        others = np.nonzero(current != current[a])[0]
+        if others.size:
+            b = others[rng.integers(others.size)]
+            rows[r, a], rows[r, b] = current[b], current[a]
+    for r in range(n_moves + n_swaps, batch):
+        a = moved[r]
+        block = near[a][: rng.integers(1, config.block_max)]
+        rows[r, a] = target[r]
+        rows[r, block] = target[r]
+    return rows
+
+
 def anneal(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, time_budget: float | None = 5.0,
            max_steps: int | None = None, config: AnnealConfig = AnnealConfig()) -> RefineResult:
     """:func:`anneal_units` from ``placement`` (a device per node, colocation honoured)."""
@@ -192,18 +214,20 @@ ANNEAL_SECONDS = 4.0  # the default budget of the ``anneal`` placer
 
 
 def anneal_from_best(start_placers: dict, budget_seconds: float = ANNEAL_SECONDS, starts: int = 3,
-                     config: AnnealConfig = AnnealConfig(), quick_starts: Collection[str] = ()):
+                     config: AnnealConfig = AnnealConfig(), quick_starts: Collection[str] = (),
+                     contiguous: bool = False):
     """A placer: :func:`anneal_units` from each of the ``starts`` fastest placements of ``start_placers`` that fit
     in memory (:func:`~baselines.starts.ranked_starts`; on a graph of more than
     :data:`~baselines.starts.LARGE_GRAPH_OPS` ops only those named in ``quick_starts`` run), each for an equal
     share of what the start placers leave of ``budget_seconds``; the best result, the whole call within
-    ``budget_seconds``. Why 3 starts: ``docs/placers.md``.
+    ``budget_seconds``. Why 3 starts: ``docs/placers.md``. ``contiguous``: every placement judged is contiguous
+    (:func:`anneal_units`), and so should the start placers' be.
     """
 
     def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0, *, step: Step = PLAIN_STEP) -> np.ndarray:
         def search(placement: np.ndarray, seconds: float | None) -> RefineResult:
             return anneal_units(graph, cluster, graph.unit_placement(placement), seed, seconds, config=config,
-                                step=step)
+                                step=step, contiguous=contiguous)
 
         return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds, quick_starts,
                               step)

@@ -81,12 +81,13 @@ def compare_placers(graph: ComputationGraph, cluster: Cluster, placers: dict, se
 
 
 def format_table(rows: list[ComparisonRow], graph: ComputationGraph, cluster: Cluster,
-                 step: Step = PLAIN_STEP) -> str:
-    """The comparison as an aligned text table, with a header naming graph, cluster, step and lower bound."""
+                 step: Step = PLAIN_STEP, contiguous: bool = False) -> str:
+    """The comparison as an aligned text table, with a header naming graph, cluster, step (``contiguous``: the
+    placers in contiguous mode) and lower bound."""
     lb = lower_bound(stepped_graph(graph, step.microbatches), cluster)
     lines = [f"graph {graph.name}: {graph.num_nodes} ops, {graph.num_edges} edges, {graph.num_units} placement units",
              f"cluster {cluster.name}: {cluster.num_devices} devices; step: {step.describe()}; "
-             f"lower bound {lb * 1e3:.3f} ms",
+             f"{'contiguous stages; ' if contiguous else ''}lower bound {lb * 1e3:.3f} ms",
              ""]
     w = max([14, *(len(r.placer) for r in rows)])
     header = f"{'placer':<{w}} {'makespan (ms)':>13} {'/ LB':>6} {'peak mem / cap':>14} {'OOM':>4} {'place (s)':>9}"

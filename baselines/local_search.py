@@ -27,6 +27,7 @@ from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_p
 
 from .memory import overflow_bytes
 from .search_clock import SearchClock
+from .stages import nearest_contiguous, program_order, stage_neighbours
 from .starts import best_of_starts
 
 
@@ -42,13 +43,18 @@ class RefineResult:
 
 def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, max_rounds: int = 200,
            batch: int = 32, patience: int = 40, time_budget: float | None = None,
-           step: Step = PLAIN_STEP) -> RefineResult:
+           step: Step = PLAIN_STEP, contiguous: bool = False, until_fits: bool = False) -> RefineResult:
     """Improve ``placement`` (a device per node, colocation honoured) by moves and swaps of units; with
     ``time_budget``, within that many seconds of the call (a round judges only the neighbours expected to be
-    judged in the time left, none when not one fits)."""
+    judged in the time left, none when not one fits). ``contiguous``: the placement is first made contiguous
+    (:func:`~baselines.stages.nearest_contiguous`) and the moves are :func:`~baselines.stages.stage_neighbours`,
+    so that the result is contiguous. ``until_fits``: stop as soon as the placement fits in memory (a repair)."""
     clock = SearchClock(time_budget)
     rng = np.random.default_rng(seed)
     p = check_placement(graph, placement, cluster)
+    if contiguous:
+        p = nearest_contiguous(graph, p)
+    order = program_order(graph) if contiguous else np.zeros(0, dtype=np.int64)
     m = cluster.num_devices
     current = graph.unit_placement(p)
     simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step)
@@ -59,12 +65,12 @@ def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
         clock.time_simulation(time.perf_counter() - judged)
     cur_mk, cur_over = float(first_mk[0]), float(first_over[0])
     history, evaluations, stale, rounds = [cur_mk], 1, 0, 0
-    while rounds < max_rounds and stale < patience and m > 1:
+    while rounds < max_rounds and stale < patience and m > 1 and not (until_fits and cur_over == 0.0):
         size = clock.step(batch)  # the whole batch, or what the time left allows (0: stop)
         if size == 0:
             break
         rounds += 1
-        cand = neighbours(current, m, size, rng)
+        cand = stage_neighbours(current, order, m, size, rng) if contiguous else neighbours(current, m, size, rng)
         mk, over = judge_unit_placements(simulator, cand)
         evaluations += size
         best = int(np.lexsort((mk, over))[0])
@@ -116,7 +122,7 @@ def _other_device_unit(units: np.ndarray, a: int, rng: np.random.Generator) -> i
 
 def local_search_from_best(start_placers: dict[str, Callable[..., np.ndarray]], starts: int = 3,
                            seconds_per_start: float = 0.8, budget_seconds: float | None = None,
-                           quick_starts: Collection[str] = ()):
+                           quick_starts: Collection[str] = (), contiguous: bool = False):
     """A placer: :func:`refine` from each of the ``starts`` best distinct placements of ``start_placers`` that fit
     in memory (:func:`~baselines.starts.ranked_starts`; on a graph of more than
     :data:`~baselines.starts.LARGE_GRAPH_OPS` ops only those named in ``quick_starts`` run), keeping the best result.
@@ -124,15 +130,17 @@ def local_search_from_best(start_placers: dict[str, Callable[..., np.ndarray]], 
     By default each refinement stops after its default rounds or ``seconds_per_start`` seconds (which only graphs
     of a few thousand ops reach), so that a 2,000-op graph is placed in a few seconds. With ``budget_seconds``,
     the whole call takes that long: what the start placers leave of it is shared by the refinements, which then
-    run without a round limit. Why 3 starts: ``docs/placers.md``.
+    run without a round limit. Why 3 starts: ``docs/placers.md``. ``contiguous``: the refinements keep the
+    placement contiguous (:func:`refine`), and so should the start placers.
     """
 
     def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0, *, step: Step = PLAIN_STEP) -> np.ndarray:
         def search(placement: np.ndarray, seconds: float | None) -> RefineResult:
             if seconds is None:
-                return refine(graph, cluster, placement, seed=seed, time_budget=seconds_per_start, step=step)
+                return refine(graph, cluster, placement, seed=seed, time_budget=seconds_per_start, step=step,
+                              contiguous=contiguous)
             return refine(graph, cluster, placement, seed=seed, max_rounds=2**62, patience=2**62,
-                          time_budget=seconds, step=step)
+                          time_budget=seconds, step=step, contiguous=contiguous)
 
         return best_of_starts(graph, cluster, seed, start_placers, starts, search, budget_seconds, quick_starts,
                               step)

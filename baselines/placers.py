@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 
 from baselines.anneal import ANNEAL_SECONDS, anneal_from_best
+from baselines.contiguous import contiguous_placer
 from baselines.critical_path import critical_path_first
 from baselines.heft import heft
 from baselines.local_search import local_search_from_best
@@ -24,49 +25,59 @@ from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
 from placement_env.sim.pipeline import PLAIN_STEP, Step
 
-CONSTRUCTIVE: dict[str, Placer] = {  # each placement checked, and if need be repaired, by the simulator
-    name: within_memory(placer) for name, placer in {
-        "single": single_device,
-        "round-robin": round_robin,
-        "random": random_placement,
-        "m-topo": m_topo,
-        "m-etf": m_etf,
-        "heft": heft,
-        "metis": metis,
-        "critical-path": critical_path_first,
-        "split": split,
-    }.items()
+HEURISTICS: dict[str, Placer] = {  # the constructive placers as they are, before the simulator's word on memory
+    "single": single_device,
+    "round-robin": round_robin,
+    "random": random_placement,
+    "m-topo": m_topo,
+    "m-etf": m_etf,
+    "heft": heft,
+    "metis": metis,
+    "critical-path": critical_path_first,
+    "split": split,
 }
+# each placement checked, and if need be repaired, by the simulator
+CONSTRUCTIVE: dict[str, Placer] = {name: within_memory(placer) for name, placer in HEURISTICS.items()}
+# in contiguous mode (pipeline stages in program order): made contiguous, then checked and repaired keeping it so
+CONTIGUOUS_CONSTRUCTIVE: dict[str, Placer] = {name: contiguous_placer(placer) for name, placer in HEURISTICS.items()}
 # where the local search starts: the fast placers that build with the graph's structure in mind
 SEARCH_STARTS = ("single", "m-topo", "m-etf", "heft", "metis", "critical-path", "split")
 # the starts of about linear time, the only ones a search runs on a graph of more than LARGE_GRAPH_OPS ops
 QUICK_STARTS = ("single", "m-topo")
 
 
-def search_placers(budget_seconds: float | None = None) -> dict[str, Placer]:
+def search_placers(budget_seconds: float | None = None, contiguous: bool = False) -> dict[str, Placer]:
     """The search placers, ``local-search`` and ``anneal``, each taking ``budget_seconds`` for a whole call (None:
-    their defaults, 200 rounds or 0.8 s per start for the local search and 4 s for the annealing)."""
+    their defaults, 200 rounds or 0.8 s per start for the local search and 4 s for the annealing);
+    ``contiguous``: in contiguous mode, from the contiguous start placers (:mod:`baselines.contiguous`)."""
     if budget_seconds is not None and not 0 < budget_seconds < float("inf"):
         raise ValueError(f"a search budget must be positive and finite seconds, got {budget_seconds!r}")
-    starts = {name: CONSTRUCTIVE[name] for name in SEARCH_STARTS}
-    return {"local-search": within_memory(local_search_from_best(starts, budget_seconds=budget_seconds,
-                                                                 quick_starts=QUICK_STARTS)),
-            "anneal": within_memory(anneal_from_best(starts, budget_seconds or ANNEAL_SECONDS,
-                                                     quick_starts=QUICK_STARTS))}
+    constructive = CONTIGUOUS_CONSTRUCTIVE if contiguous else CONSTRUCTIVE
+    checked = contiguous_placer if contiguous else within_memory
+    starts = {name: constructive[name] for name in SEARCH_STARTS}
+    return {"local-search": checked(local_search_from_best(starts, budget_seconds=budget_seconds,
+                                                           quick_starts=QUICK_STARTS, contiguous=contiguous)),
+            "anneal": checked(anneal_from_best(starts, budget_seconds or ANNEAL_SECONDS,
+                                               quick_starts=QUICK_STARTS, contiguous=contiguous))}
 
 
-def placers_with_budget(budget_seconds: float | None) -> dict[str, Placer]:
-    """:data:`PLACERS` with the search placers given ``budget_seconds`` each."""
-    return {**CONSTRUCTIVE, **search_placers(budget_seconds)}
+def placers_with_budget(budget_seconds: float | None, contiguous: bool = False) -> dict[str, Placer]:
+    """:data:`PLACERS` (or, with ``contiguous``, :data:`CONTIGUOUS_PLACERS`) with the search placers given
+    ``budget_seconds`` each."""
+    constructive = CONTIGUOUS_CONSTRUCTIVE if contiguous else CONSTRUCTIVE
+    return {**constructive, **search_placers(budget_seconds, contiguous)}
 
 
 PLACERS: dict[str, Placer] = placers_with_budget(None)
+CONTIGUOUS_PLACERS: dict[str, Placer] = placers_with_budget(None, contiguous=True)
 
 # what the runtimes do by default, for graphs with module names (from_torch): not repaired for memory, so
 # that their placements are what the runtime would run (baselines.runtime_defaults)
 RUNTIME_DEFAULTS: dict[str, Placer] = {"deepspeed-uniform": deepspeed_uniform,
                                        "deepspeed-parameters": deepspeed_parameters,
                                        "accelerate-balanced": accelerate_balanced}
+CONTIGUOUS_RUNTIME_DEFAULTS: dict[str, Placer] = {name: contiguous_placer(placer, repair=False)
+                                                  for name, placer in RUNTIME_DEFAULTS.items()}
 
 
 def feasible_start(graph: ComputationGraph, cluster: Cluster, seed: int = 0,
@@ -89,10 +100,12 @@ def list_placers() -> list[str]:
 
 
 def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed: int = 0, *,
-          step: Step = PLAIN_STEP) -> np.ndarray:
+          step: Step = PLAIN_STEP, contiguous: bool = False) -> np.ndarray:
     """Place ``graph`` on ``cluster`` with the placer called ``placer`` (see :data:`PLACERS`); a device per node.
     ``step``: the step placements are judged by (``Step(8, "1f1b")``: 8 micro-batches pipelined under 1F1B), by
     the searches, ``split``, ``single`` and the memory repair; the heuristics place by their own model.
+    ``contiguous``: pipeline stages in program order, as pipeline runtimes need (:mod:`baselines.stages`;
+    :data:`CONTIGUOUS_PLACERS`); on a module-granular graph no module is split (as by every placer).
 
     Raises ``ValueError`` for an unknown placer and
     :class:`~baselines.memory.PlacementInfeasibleError` when the placer finds nothing within memory. The order
@@ -104,4 +117,5 @@ def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed:
     if placer not in PLACERS:
         raise ValueError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
     checked_instance("graph", graph, ComputationGraph)
-    return PLACERS[placer](graph, cluster, seed, step=step.checked(graph))
+    placers = CONTIGUOUS_PLACERS if contiguous else PLACERS
+    return placers[placer](graph, cluster, seed, step=step.checked(graph))

@@ -1,0 +1,164 @@
+"""Contiguous mode (issue 39 point 4): pipeline stages in program order, as pipeline runtimes run them."""
+
+import itertools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from baselines import place
+from baselines.anneal import anneal_units
+from baselines.contiguous import fit_contiguous
+from baselines.local_search import refine
+from baselines.memory import PlacementInfeasibleError
+from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS
+from baselines.stages import is_contiguous, nearest_contiguous, program_order, stage_neighbours
+from placement_env import Cluster, ComputationGraph, Device, Edge, Node, from_torch, simulate, write_graph
+from placement_env.runtime.split_points import to_split_points
+from placement_env.sim.pipeline import Step
+from tests.test_pipelined_step import chain, free_cluster
+from tests.test_runtime_export import Net
+
+
+def line(n: int, cost: float = 1.0, params: int = 0) -> ComputationGraph:
+    """n ops in a chain, each its own unit, in program order."""
+    nodes = [Node(f"v{i}", "op", cost, 100, params) for i in range(n)]
+    return ComputationGraph(nodes, [Edge(f"v{i}", f"v{i + 1}") for i in range(n - 1)], name=f"line{n}")
+
+
+def test_contiguity_by_hand():
+    g = line(6)
+    assert is_contiguous(g, [0, 0, 1, 1, 2, 2])
+    assert is_contiguous(g, [2, 2, 0, 0, 0, 1])  # any device order
+    assert is_contiguous(g, [1] * 6)
+    assert not is_contiguous(g, [0, 1, 0, 0, 1, 1])
+    assert not is_contiguous(g, [0, 0, 1, 1, 2, 0])  # device 0's run resumes
+
+
+def test_the_nearest_contiguous_placement_by_hand():
+    g = line(6)
+    # device 0 at 0, 2, 3 (median 2), device 1 at 1, 4, 5 (median 4): 0 first; the cut after 4 ops keeps 5 of 6
+    assert nearest_contiguous(g, [0, 1, 0, 0, 1, 1]).tolist() == [0, 0, 0, 0, 1, 1]
+    assert nearest_contiguous(g, [2, 2, 0, 0, 0, 1]).tolist() == [2, 2, 0, 0, 0, 1]  # contiguous: unchanged
+    # cost decides: the heavy op 1 keeps its device
+    heavy = ComputationGraph([Node(f"v{i}", "op", 10.0 if i == 1 else 1.0, 100, 0) for i in range(4)],
+                             [Edge(f"v{i}", f"v{i + 1}") for i in range(3)])
+    assert nearest_contiguous(heavy, [0, 1, 0, 1]).tolist() == [0, 1, 1, 1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=8), st.lists(st.floats(0.0, 5.0), min_size=8, max_size=8))
+def test_the_nearest_contiguous_placement_keeps_the_most_cost_of_any_cut_in_its_device_order(devices, costs):
+    n = len(devices)
+    g = ComputationGraph([Node(f"v{i}", "op", costs[i], 100, 0) for i in range(n)],
+                         [Edge(f"v{i}", f"v{i + 1}") for i in range(n - 1)])
+    made = nearest_contiguous(g, devices)
+    assert is_contiguous(g, made)
+    weight = np.asarray(costs[:n]) + 1e-3 * max(float(np.mean(costs[:n])), 1e-12)
+
+    def kept(p):
+        return float(weight[np.asarray(p) == np.asarray(devices)].sum())
+
+    order = [d for i, d in enumerate(made.tolist()) if i == 0 or made[i - 1] != d]
+    best = 0.0  # brute force: every cut of the positions into len(order) possibly empty stages in that order
+    for cuts in itertools.combinations_with_replacement(range(n + 1), len(order) - 1):
+        bounds = [0, *cuts, n]
+        p = [order[k] for k in range(len(order)) for _ in range(bounds[k + 1] - bounds[k])]
+        best = max(best, kept(p))
+    assert kept(made) == pytest.approx(best)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 6), st.integers(0, 2**31))
+def test_every_stage_neighbour_of_a_contiguous_placement_is_contiguous(n, m, seed):
+    rng = np.random.default_rng(seed)
+    g = line(n)
+    devices = rng.permutation(m)[: rng.integers(1, m + 1)]
+    cuts = np.sort(rng.integers(0, n + 1, devices.size - 1))
+    start = np.repeat(devices, np.diff(np.r_[0, cuts, n]))
+    rows = stage_neighbours(start, program_order(g), m, 64, rng)
+    assert rows.shape == (64, n)
+    assert all(is_contiguous(g, row) for row in rows)
+    if m > 1 and n > 1:
+        assert any(not np.array_equal(row, start) for row in rows)
+
+
+def layers(p: int, f: float, b: float) -> ComputationGraph:
+    """:func:`tests.test_pipelined_step.chain` with each layer's forward and backward op one unit."""
+    g = chain(p, f, b)
+    nodes = [Node(n.id, n.op, n.cost, n.output_bytes, n.param_bytes, colocation=f"L{n.id[1:]}", phase=n.phase)
+             for n in g.nodes]
+    return ComputationGraph(nodes, g.edges(), name=g.name)
+
+
+def test_the_contiguous_searches_pipeline_a_chain_from_one_device():
+    p, m = 4, 8
+    g, c = layers(2 * p, 1.0 * m, 2.0 * m), free_cluster(p)  # 8 layers on 4 devices: 2 a stage at best
+    step = Step(m, "1f1b")
+    best = (m + p - 1) * 2 * 3.0
+    one = np.zeros(g.num_units, dtype=np.int64)
+    annealed = anneal_units(g, c, one, seed=0, time_budget=None, max_steps=400, step=step, contiguous=True)
+    refined = refine(g, c, np.zeros(g.num_nodes, dtype=np.int64), seed=0, max_rounds=400, patience=400,
+                     step=step, contiguous=True)
+    assert is_contiguous(g, annealed.placement) and annealed.makespan == pytest.approx(best)
+    # the greedy search stops at two stages of four layers, (m + 1) x 12: a third stage alone gains nothing
+    assert is_contiguous(g, refined.placement) and refined.makespan == pytest.approx((m + 1) * 4 * 3.0)
+
+
+@pytest.fixture(scope="module")
+def module_graph():
+    torch.manual_seed(0)
+    return from_torch(Net(d=16, n=6), (torch.randn(4, 3),), colocate_modules=2)
+
+
+@pytest.mark.parametrize("name", sorted(CONTIGUOUS_PLACERS))
+def test_every_placer_in_contiguous_mode_gives_split_points_of_a_module_granular_graph(name, module_graph):
+    cluster = Cluster.preset("p100", 3)
+    placement = place(module_graph, cluster, name, step=Step(4, "1f1b"), contiguous=True)
+    assert is_contiguous(module_graph, placement)
+    points = to_split_points(module_graph, placement)  # no module split, the stages in program order
+    assert len(points.devices) == len(set(placement.tolist()))
+    assert not simulate(module_graph, placement, cluster, microbatches=4).oom
+
+
+@pytest.mark.parametrize("name", sorted(CONTIGUOUS_RUNTIME_DEFAULTS))
+def test_the_runtimes_partitions_are_contiguous_and_unchanged(name, module_graph):
+    from baselines.placers import RUNTIME_DEFAULTS
+
+    cluster = Cluster.preset("p100", 3)
+    free = RUNTIME_DEFAULTS[name](module_graph, cluster, 0)
+    assert is_contiguous(module_graph, free)
+    assert CONTIGUOUS_RUNTIME_DEFAULTS[name](module_graph, cluster, 0).tolist() == free.tolist()
+
+
+def test_a_contiguous_placement_out_of_memory_is_repaired_keeping_its_stages():
+    g = line(12, params=100)
+    capacity = 4 * 100 * 4 + 300  # four ops' parameters (x 4, with Adam) and some activations: 12 need 3 devices
+    cluster = Cluster([Device(f"d{i}", 1.0, capacity) for i in range(4)], np.full((4, 4), 1e9), np.zeros((4, 4)))
+    assert simulate(g, [0] * 12, cluster).oom
+    fitted = fit_contiguous(g, cluster, np.zeros(12, dtype=np.int64))
+    assert is_contiguous(g, fitted) and not simulate(g, fitted, cluster).oom
+    for name in ("heft", "m-etf", "anneal"):
+        placed = place(g, cluster, name, contiguous=True)
+        assert is_contiguous(g, placed) and not simulate(g, placed, cluster).oom
+    with pytest.raises(PlacementInfeasibleError, match="no single device holds it"):
+        place(g, cluster, "single", contiguous=True)  # as in free mode: its one device is its answer
+
+
+def test_the_command_compares_the_placers_in_contiguous_mode(tmp_path, module_graph):
+    graph_file, out = tmp_path / "net.json.gz", tmp_path / "table.json"
+    write_graph(module_graph, graph_file)
+    done = subprocess.run([sys.executable, "-m", "baselines", "--graph", str(graph_file), "--devices", "3",
+                           "--microbatches", "4", "--contiguous", "--placers", "heft,split,anneal,deepspeed-uniform",
+                           "--budget-seconds", "0.5", "--json", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "step: 4 micro-batches, 1f1b; contiguous stages;" in done.stdout
+    payload = json.loads(out.read_text())
+    assert payload["contiguous"] is True
+    for row in payload["rows"]:
+        assert is_contiguous(module_graph, row["placement"]), row["placer"]
