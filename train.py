@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--devices", type=int, help="identical devices of --device-kind (default 3)")
     group.add_argument("--cluster", help="a cluster JSON file")
     p.add_argument("--device-kind", default="p100")
+    p.add_argument("--per-node", type=int, metavar="K",
+                   help="with --devices: nodes of K devices, the kind's link within a node and the node's network "
+                        "(InfiniBand figures of the kind) between nodes")
     add_step_args(p)
     p.add_argument("--timesteps", type=int, default=100_000, help="environment steps")
     p.add_argument("--episodes", type=int, default=10_000, help="episodes (REINFORCE)")

@@ -149,3 +149,23 @@ def test_the_command_line_takes_nodes(tmp_path):
     bad = subprocess.run(run + ["--devices", "12", "--per-node", "8"], capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.strip() == "error: per_node=8 does not divide the 12 devices into whole nodes"
+
+
+def test_training_takes_nodes():
+    import gymnasium
+
+    from agents.training import TrainConfig
+
+    config = TrainConfig(devices=16, device_kind="a100-nvlink", per_node=8)
+    _, cluster = config.problem()
+    assert cluster.name == "2x8xa100-nvlink" and cluster.bandwidth[0, 8] < cluster.bandwidth[0, 1]
+    env = gymnasium.make(config.env_id(), **config.env_kwargs())
+    assert env.unwrapped.task.cluster.name == "2x8xa100-nvlink"
+    for bad, message in ((dict(devices=12, per_node=8), "per_node=8 does not divide the 12 devices"),
+                         (dict(cluster="c.json", per_node=8), "--per-node shapes a preset cluster")):
+        with pytest.raises(ValueError, match=message):
+            TrainConfig(**bad)
+    done = subprocess.run([sys.executable, "train.py", "--devices", "12", "--per-node", "8"], capture_output=True,
+                          text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: per_node=8 does not divide the 12 devices into whole nodes"

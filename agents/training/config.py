@@ -58,7 +58,8 @@ class TrainConfig:
     after. Times are seconds; ``out`` is the output folder.
 
     The problem: ``graph`` (a shipped name such as ``default`` or ``cifar10/3``, a suite name, or a graph file),
-    on ``devices`` identical devices of ``device_kind`` (default 3) or the cluster file ``cluster``.
+    on ``devices`` identical devices of ``device_kind`` (default 3; in nodes of ``per_node`` devices joined by the
+    kind's network when given) or the cluster file ``cluster``.
     The policy: ``encoder`` (``graph_encoders.list_encoders()``) with ``encoder_options`` and width
     ``hidden_dim``; ``expected_moves`` is the head's stay prior (units an untrained policy moves per step;
     0 turns it off: the spec's head exactly). The algorithm: ``algo`` (:data:`agents.names.ALGORITHMS`),
@@ -76,6 +77,7 @@ class TrainConfig:
     devices: int | None = None
     cluster: str | None = None
     device_kind: str = "p100"
+    per_node: int | None = None
     encoder: str = "fadp-gt"
     encoder_options: Mapping[str, Any] = field(default_factory=dict)
     hidden_dim: int = 64
@@ -114,6 +116,11 @@ class TrainConfig:
                 raise ValueError(f"--devices must be >= 1, got {self.devices}")
             if self.cluster is not None:
                 raise ValueError("give --devices or --cluster, not both")
+        if self.per_node is not None:
+            if self.cluster is not None:
+                raise ValueError("--per-node shapes a preset cluster (--devices); a --cluster file gives its own "
+                                 "links")
+            self.preset_cluster()  # a per_node that does not divide the devices: its ValueError names both
         if not (isinstance(self.budget_seconds, (int, float)) and 0 < self.budget_seconds < math.inf):
             raise ValueError(f"--budget-seconds must be positive and finite, got {self.budget_seconds}")
         if not (isinstance(self.learning_rate, (int, float)) and 0 < self.learning_rate < math.inf):
@@ -146,6 +153,8 @@ class TrainConfig:
                                   "max_units": self.max_units}
         if self.cluster:
             kwargs["cluster"] = self.cluster
+        elif self.per_node is not None:
+            kwargs["cluster"] = self.preset_cluster()
         else:
             kwargs["num_devices"] = 3 if self.devices is None else self.devices
             kwargs["device_kind"] = self.device_kind
@@ -190,9 +199,11 @@ class TrainConfig:
                       f"expect a peak memory of about {gib:.1f} GiB", file=sys.stderr)
             self.step.checked(fitted)  # no more micro-batches than the batch it was traced with
             graphs.append(fitted)
-        cluster = Cluster.from_json(self.cluster) if self.cluster else \
-            Cluster.preset(self.device_kind, 3 if self.devices is None else self.devices)
-        return graphs, cluster
+        return graphs, Cluster.from_json(self.cluster) if self.cluster else self.preset_cluster()
+
+    def preset_cluster(self) -> Cluster:
+        """The preset cluster of ``devices`` (default 3) of ``device_kind``, in nodes of ``per_node`` if given."""
+        return Cluster.preset(self.device_kind, 3 if self.devices is None else self.devices, per_node=self.per_node)
 
     def as_dict(self) -> dict[str, Any]:
         """Every field, as plain data (``results.json``'s ``hyperparameters``)."""
