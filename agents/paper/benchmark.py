@@ -23,11 +23,13 @@ below.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +45,14 @@ from placement_env.graph.io import graph_digest
 from placement_env.json_files import digest_of, write_text_atomically
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 
-from .benchmark_cells import LEARNED, SEARCHES, Cell
+from .anytime import anytime_report
+from .benchmark_cells import BUDGETED, LEARNED, SEARCHES, Cell
 
 
-def run_method(method: str, cell: Cell, budget_seconds: float, policy: str | None, seed: int = 0) -> dict:
-    """Run one method on one cell; its record: ``makespan`` (s), ``overflow`` (bytes), ``seconds`` (wall-clock),
-    ``lower_bound`` (s), or ``error`` when the method found no placement."""
+def run_method(method: str, cell: Cell, budget_seconds: float | None, policy: str | None, seed: int = 0) -> dict:
+    """Run one method on one cell (``budget_seconds``: the budget of a :data:`BUDGETED` method, None for the
+    others); its record: ``makespan`` (s), ``overflow`` (bytes), ``seconds`` (wall-clock), ``lower_bound`` (s), or
+    ``error`` when the method found no placement."""
     graph, cluster = cell.load()
     step = cell.step.checked(graph)
     simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step)
@@ -59,11 +63,12 @@ def run_method(method: str, cell: Cell, budget_seconds: float, policy: str | Non
     try:
         if method in CONSTRUCTIVE or method in SEARCHES or method in RUNTIME_DEFAULTS:
             placer = (CONSTRUCTIVE[method] if method in CONSTRUCTIVE else RUNTIME_DEFAULTS[method]
-                      if method in RUNTIME_DEFAULTS else search_placers(budget_seconds)[method])
+                      if method in RUNTIME_DEFAULTS else search_placers(checked_budget(budget_seconds))[method])
             placement = run_placer(placer, graph, cluster, seed, step)
         else:
             network = new_network() if method == "learned-scratch" else policy
-            result = place(graph, cluster, network, budget_seconds, zero_shot=method == "zero-shot", seed=seed,
+            budget = None if method == "zero-shot" else checked_budget(budget_seconds)
+            result = place(graph, cluster, network, budget, zero_shot=method == "zero-shot", seed=seed,
                            allow_oom=True, step=step)
             placement = result.placement
     except PlacementInfeasibleError as error:
@@ -74,6 +79,13 @@ def run_method(method: str, cell: Cell, budget_seconds: float, policy: str | Non
     record.update(makespan=float(makespan), overflow=float(np.maximum(0.0, peak - cluster.memory).sum()),
                   seconds=seconds)
     return record
+
+
+def checked_budget(budget_seconds: float | None) -> float:
+    """A budgeted method's budget, which must be given."""
+    if budget_seconds is None:
+        raise ValueError("a budgeted method needs its budget")
+    return budget_seconds
 
 
 def ratio(record: dict) -> float:
@@ -150,10 +162,11 @@ def format_report(table: dict[str, dict[str, dict]], budget_seconds: float, comm
     return "\n".join(lines) + "\n", buffer.getvalue()
 
 
-def method_inputs(cell: Cell, method: str, budget_seconds: float, policy: str | None, seed: int = 0) -> str:
+def method_inputs(cell: Cell, method: str, budget_seconds: float | None, policy: str | None, seed: int = 0) -> str:
     """The digest of everything that determines ``method``'s record on ``cell``: the graph's content, the
-    cluster's, the method, its budget and seed, and for the pretrained policy's methods the policy file's bytes
-    (the shipped one when ``policy`` is None). A cached record is reused only under the same digest."""
+    cluster's, the method, its budget (None for a method without one) and seed, and for the pretrained policy's
+    methods the policy file's bytes (the shipped one when ``policy`` is None). A cached record is reused only
+    under the same digest."""
     graph, cluster = cell.load()
     data: dict = {"graph": graph_digest(graph), "cluster": cluster.to_dict(), "method": method,
                   "budget_seconds": budget_seconds, "seed": seed}
@@ -183,64 +196,104 @@ def describe_record(record: dict) -> str:
     return f"{measured} in {record['seconds']:.1f} s"
 
 
-def run_benchmark(cells: list[Cell], budget_seconds: float, out: Path, policy: str | None,
+def run_benchmark(cells: list[Cell], budget_seconds: float | Sequence[float], out: Path, policy: str | None,
                   method_names: list[str], where: FanOut | JobRunner = IN_PROCESS) -> tuple[str, str, dict[str, str]]:
-    """Run (or resume) every method on every cell where ``where`` says; returns the report (also written to
-    ``out``) and ``{cell/method: why}`` of the methods that failed (left out of the table). ``out`` is held for the
-    whole run: a second benchmark on it fails at once (``ValueError``), as do two cells of one name."""
+    """Run (or resume) every method on every cell where ``where`` says, the :data:`BUDGETED` methods at each of
+    ``budget_seconds`` (one budget, or several: the anytime report of :mod:`agents.paper.anytime`); returns the
+    report (also written to ``out``) and ``{cell/method: why}`` of the methods that failed (left out of the table).
+    ``out`` is held for the whole run: a second benchmark on it fails at once (``ValueError``), as do two cells of
+    one name."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    budgets = sorted({float(b) for b in ([budget_seconds] if isinstance(budget_seconds, (int, float))
+                                         else budget_seconds)})
     with OutputLock(out):
-        return _run_benchmark(cells, budget_seconds, out, policy, method_names, where)
+        return _run_benchmark(cells, budgets, out, policy, method_names, where)
 
 
-def _run_benchmark(cells: list[Cell], budget_seconds: float, out: Path, policy: str | None,
+def _run_benchmark(cells: list[Cell], budgets: list[float], out: Path, policy: str | None,
                    method_names: list[str], where: FanOut | JobRunner) -> tuple[str, str, dict[str, str]]:
     """:func:`run_benchmark` once ``out`` is held."""
-    inputs = {(cell.key, method): method_inputs(cell, method, budget_seconds, policy) for cell in cells
-              for method in method_names}
+    runs = [(method, budget) for method in method_names
+            for budget in (budgets if method in BUDGETED else [None])]
+    inputs = {(cell.key, method, budget): method_inputs(cell, method, budget, policy) for cell in cells
+              for method, budget in runs}
     named: dict[str, Cell] = {}
     for cell in cells:
         if named.setdefault(cell.key, cell) != cell:
             raise ValueError(f"two cells are named {cell.key!r} ({named[cell.key].graph} and {cell.graph}); give "
                              "their graph files distinct names")
 
-    def path_of(key: str, method: str) -> Path:
-        return out / "runs" / key / f"{method}-{inputs[(key, method)][:16]}.json"
+    def path_of(key: str, method: str, budget: float | None) -> Path:
+        return out / "runs" / key / f"{method}-{inputs[(key, method, budget)][:16]}.json"
 
     jobs = []
     for cell in cells:
         # files as absolute paths: workers (Ray's too) start in other folders
-        movable = Cell(cell.graph if not Path(cell.graph).is_file() else str(Path(cell.graph).resolve()),
-                       cell.devices, cell.cluster_file and str(Path(cell.cluster_file).resolve()))
-        for method in method_names:
-            if cached_record(path_of(cell.key, method), inputs[(cell.key, method)]) is None:
-                jobs.append(Job(f"{cell.key}/{method}", f"{cell.key} {method}", run_method,
-                                (method, movable, budget_seconds, policy and str(Path(policy).resolve()))))
+        movable = dataclasses.replace(
+            cell, graph=cell.graph if not Path(cell.graph).is_file() else str(Path(cell.graph).resolve()),
+            cluster_file=cell.cluster_file and str(Path(cell.cluster_file).resolve()))
+        for method, budget in runs:
+            if cached_record(path_of(cell.key, method, budget), inputs[(cell.key, method, budget)]) is None:
+                suffix = f"@{budget:g}s" if budget is not None and len(budgets) > 1 else ""
+                jobs.append(Job(f"{cell.key}/{method}{suffix}", f"{cell.key} {method}{suffix}", run_method,
+                                (method, movable, budget, policy and str(Path(policy).resolve()))))
     if jobs:
         fanout = where.fanout if isinstance(where, JobRunner) else where
         print(f"running {len(jobs)} method(s) on cells in {fanout.describe()}", flush=True)
 
     def write(job: Job, record: dict) -> None:
-        key, method = job.args[1].key, job.args[0]
-        path = path_of(key, method)
+        method, key, budget = job.args[0], job.args[1].key, job.args[2]
+        path = path_of(key, method, budget)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(path, json.dumps({**record, "inputs": inputs[(key, method)]}, indent=1))
+        write_text_atomically(path, json.dumps({**record, "inputs": inputs[(key, method, budget)]}, indent=1))
 
     failed = failures(run_jobs(jobs, where, on_done=write, describe=describe_record, title="methods"))
-    table: dict[str, dict[str, dict]] = {}
-    for cell in cells:
-        row = table.setdefault(cell.key, {})
-        for method in method_names:
-            record = cached_record(path_of(cell.key, method), inputs[(cell.key, method)])
-            if record is not None:
-                row[method] = record
-    table = {key: row for key, row in table.items() if set(row) == set(method_names)}
+    tables: dict[float, dict[str, dict[str, dict]]] = {}
+    for budget in budgets:
+        table = tables.setdefault(budget, {})
+        for cell in cells:
+            row = table.setdefault(cell.key, {})
+            for method in method_names:
+                at = budget if method in BUDGETED else None
+                record = cached_record(path_of(cell.key, method, at), inputs[(cell.key, method, at)])
+                if record is not None:
+                    row[method] = record
+        tables[budget] = {key: row for key, row in table.items() if set(row) == set(method_names)}
     command = "python -m agents.benchmark " + " ".join(sys.argv[1:])
-    markdown, table_csv = format_report(table, budget_seconds, command) if table else ("no cell finished\n", "")
+    if len(budgets) == 1:
+        table = tables[budgets[0]]
+        markdown, table_csv = format_report(table, budgets[0], command) if table else ("no cell finished\n", "")
+    else:
+        markdown, table_csv = _anytime_files(tables, budgets, method_names, command, out)
     if failed:
         markdown += ("\nLeft out, as a method failed there (rerun to retry): "
                      + "; ".join(f"{key} ({why})" for key, why in failed.items()) + "\n")
     write_text_atomically(out / "benchmark.md", markdown)
     write_text_atomically(out / "benchmark.csv", table_csv)
     return markdown, table_csv, failed
+
+
+def _anytime_files(tables: dict[float, dict[str, dict[str, dict]]], budgets: list[float], method_names: list[str],
+                   command: str, out: Path) -> tuple[str, str]:
+    """The anytime report and CSV (a ``budget_seconds`` column, empty for a method without a budget), and a table
+    per budget in ``out/benchmark_<budget>s.md``."""
+    common = set.intersection(*(set(t) for t in tables.values()))
+    tables = {b: {key: row for key, row in t.items() if key in common} for b, t in tables.items()}
+    if not common:
+        return "no cell finished\n", ""
+    markdown = anytime_report(tables, budgets, method_names, command, out / "anytime.png")
+    rows = ["cell,method,budget_seconds,makespan_ms,lower_bound_ms,ratio,oom,seconds"]
+    for budget in budgets:
+        per_budget, _ = format_report(tables[budget], budget, command)
+        write_text_atomically(out / f"benchmark_{budget:g}s.md", per_budget)
+        for key, row in tables[budget].items():
+            for method, r in row.items():
+                if method not in BUDGETED and budget != budgets[0]:
+                    continue
+                rows.append(",".join([key, method, f"{budget:g}" if method in BUDGETED else "",
+                                      f"{r['makespan'] * 1e3:.4f}" if "makespan" in r else "",
+                                      f"{r['lower_bound'] * 1e3:.4f}", f"{ratio(r):.4f}",
+                                      str(int(r.get("overflow", 0) > 0)), f"{r['seconds']:.2f}"]))
+    markdown += "\nPer budget, every cell: " + ", ".join(f"benchmark_{b:g}s.md" for b in budgets) + "\n"
+    return markdown, "\n".join(rows) + "\n"
