@@ -94,3 +94,10 @@ def test_bad_budgets_and_nodes_are_one_line(args, message, capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and message in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_a_learned_method_beyond_its_policy_is_a_row_without_placement():
+    from agents.paper.benchmark import run_method
+
+    record = run_method("zero-shot", Cell("synthetic/1", 16), None, None)
+    assert "makespan" not in record and "places on at most 8" in record["error"]

@@ -52,7 +52,8 @@ from .benchmark_cells import BUDGETED, LEARNED, SEARCHES, Cell
 def run_method(method: str, cell: Cell, budget_seconds: float | None, policy: str | None, seed: int = 0) -> dict:
     """Run one method on one cell (``budget_seconds``: the budget of a :data:`BUDGETED` method, None for the
     others); its record: ``makespan`` (s), ``overflow`` (bytes), ``seconds`` (wall-clock), ``lower_bound`` (s), or
-    ``error`` when the method found no placement."""
+    ``error`` when the method found no placement (a learned method on a problem its policy cannot take, such as
+    more devices than it knows, included: a row of the table, not a failed run)."""
     graph, cluster = cell.load()
     step = cell.step.checked(graph)
     simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step)
@@ -68,8 +69,11 @@ def run_method(method: str, cell: Cell, budget_seconds: float | None, policy: st
         else:
             network = new_network() if method == "learned-scratch" else policy
             budget = None if method == "zero-shot" else checked_budget(budget_seconds)
-            result = place(graph, cluster, network, budget, zero_shot=method == "zero-shot", seed=seed,
-                           allow_oom=True, step=step)
+            try:
+                result = place(graph, cluster, network, budget, zero_shot=method == "zero-shot", seed=seed,
+                               allow_oom=True, step=step)
+            except ValueError as error:  # a problem beyond the policy (more devices than it knows): no placement
+                raise PlacementInfeasibleError(f"{method}: {error}") from None
             placement = result.placement
     except PlacementInfeasibleError as error:
         record.update(error=str(error), seconds=time.perf_counter() - began)
