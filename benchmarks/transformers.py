@@ -91,7 +91,8 @@ def cell(row: dict, best: float, memory: bool) -> str:
     if row.get("error"):
         return "infeasible"
     ms = row["makespan"] * 1e3
-    text = f"**{ms:.2f}**" if row["makespan"] <= best * (1 + 1e-9) else f"{ms:.2f}"
+    bold = not row["oom"] and row["makespan"] <= best * (1 + 1e-9)  # the best within memory
+    text = f"**{ms:.2f}**" if bold else f"{ms:.2f}"
     if memory:
         text += f" ({row['max_memory_ratio']:.2f})"
     return text + (" OOM" if row["oom"] else "")
