@@ -324,3 +324,43 @@ def test_the_place_command_writes_its_best_placement_when_stopped(tmp_path, sign
     learned = next(line for line in stdout.splitlines() if line.strip().startswith("learned (fine-tuned, interrupted"))
     assert float(learned.split("ms")[0].split()[-1]) == pytest.approx(
         simulate(g, placement, Cluster.preset("p100", 3)).makespan * 1e3, abs=1e-3)
+
+
+def test_the_exploration_anneals_only_what_is_left_of_the_budget(monkeypatch):
+    import time
+
+    import agents.learned.placer as placer
+    from agents.learned.placer import _explore, fitted_problem
+
+    g, c = load_graph("synthetic/1"), Cluster.preset("p100", 2)
+    network = new_network()
+    problem = fitted_problem(g, c, network, 0, placer.PLAIN_STEP)
+    asked: list[float] = []
+
+    def recording(graph, cluster, start, seed, seconds, step):
+        asked.append(seconds)
+        return type("R", (), {"placement": graph.expand_unit_placement(start)})()
+
+    monkeypatch.setattr(placer, "anneal_units", recording)
+    proposal = np.zeros(problem.graph.num_units, dtype=np.int64)
+    _explore(problem, EliteArchive(8), proposal, time.perf_counter() - 1.0, 0, True)
+    assert asked == []  # the budget is spent: the starts join the archive, nothing is annealed
+    _explore(problem, EliteArchive(8), proposal, time.perf_counter() + 2.0, 0, True)
+    assert asked and all(0 < s <= placer.EXPLORE_SHARE * 2.0 / len(asked) for s in asked)
+
+
+def test_a_policy_file_is_read_once_until_it_changes(tmp_path):
+    import os
+
+    from agents.learned.placer import load_placement_policy
+
+    path = tmp_path / "p.zip"
+    save_policy(new_network(), path)
+    first = load_placement_policy(str(path))
+    assert load_placement_policy(path) is first
+    torch.manual_seed(3)
+    save_policy(new_network(), path)
+    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
+    second = load_placement_policy(path)
+    assert second is not first
+    assert not torch.equal(next(first.parameters()), next(second.parameters()))

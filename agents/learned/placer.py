@@ -22,10 +22,12 @@ A policy of another algorithm (a PPO, A2C, MaskablePPO or REINFORCE checkpoint, 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -92,10 +94,25 @@ def load_placement_policy(policy: Any = None) -> PlacementNetwork:
         path = shipped_policy_path()
         if not path.exists():
             raise ValueError(f"no shipped policy at {path}; make one with python -m agents.pretrain and pass it")
-        return load_policy(path)
+        return _loaded(str(path.resolve()), *_stamp(path))
     if isinstance(policy, PlacementNetwork):
         return policy
-    return load_policy(policy)
+    path = Path(policy)
+    if not path.is_file():
+        return load_policy(policy)  # its error names the file
+    return _loaded(str(path.resolve()), *_stamp(path))
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_mtime_ns, stat.st_size
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded(path: str, mtime_ns: int, size: int) -> PlacementNetwork:
+    """The policy file at ``path`` as last read, read again when its time stamp or size changes (its callers
+    copy it before training it)."""
+    return load_policy(path)
 
 
 def classical_starts(graph: ComputationGraph, cluster: Cluster, seed: int,
@@ -254,7 +271,7 @@ def _learned_placement(graph: ComputationGraph, cluster: Cluster, policy: Any, b
         archive.add(rows[best][None, :], makespan[best:best + 1], overflow[best:best + 1])
         rounds, stop = 0, None
         try:
-            _explore(problem, archive, rows[best], budget, seed, use_classical_starts)
+            _explore(problem, archive, rows[best], began + budget, seed, use_classical_starts)
             optimizer = torch.optim.Adam(network.parameters(), lr=1e-3) if learn else None
             result = search_rounds(network, problem, budget - (time.perf_counter() - began), config, seed,
                                    optimizer, archive=archive, stop_on_interrupt=True)
@@ -271,19 +288,22 @@ def _learned_placement(graph: ComputationGraph, cluster: Cluster, policy: Any, b
                             "zero-shot" if zero_shot else "fine-tuned", rounds)
 
 
-def _explore(problem: PlacementProblem, archive: EliteArchive, proposal: np.ndarray, budget: float, seed: int,
+def _explore(problem: PlacementProblem, archive: EliteArchive, proposal: np.ndarray, deadline: float, seed: int,
              use_classical_starts: bool) -> None:
     """The fine-tuning's first part: the fast placers' starts (when used) join ``archive`` beside the best
-    zero-shot ``proposal``, and :data:`EXPLORE_SHARE` of ``budget`` anneals from each of the
-    :data:`EXPLORE_STARTS` best of them, every result joining ``archive`` as it finishes."""
+    zero-shot ``proposal``, and :data:`EXPLORE_SHARE` of what is left until ``deadline`` (a
+    ``time.perf_counter()`` instant: the end of the budget) anneals from each of the :data:`EXPLORE_STARTS` best
+    of them, every result joining ``archive`` as it finishes. What the policy's loading, its proposals and the
+    starts took is not annealed again: a small budget stays near its target."""
     cluster = problem.cluster
     starts = [proposal] + (classical_starts(problem.graph, cluster, seed, problem.step) if use_classical_starts
                            else [])
     if len(starts) > 1:
         archive.add(np.stack(starts[1:]), *problem.judge(np.stack(starts[1:])))
-    if EXPLORE_SHARE > 0 and len(starts) > 1:
+    left = deadline - time.perf_counter()
+    if EXPLORE_SHARE > 0 and len(starts) > 1 and left > 0:
         order = np.lexsort(problem.judge(np.stack(starts))[::-1])[:EXPLORE_STARTS]
-        seconds = EXPLORE_SHARE * budget / len(order)
+        seconds = EXPLORE_SHARE * left / len(order)
         for i in order:
             annealed = anneal_units(problem.graph, cluster, starts[i], seed, seconds, step=problem.step)
             units = problem.graph.unit_placement(annealed.placement)[None, :]
