@@ -162,3 +162,50 @@ def test_the_command_compares_the_placers_in_contiguous_mode(tmp_path, module_gr
     assert payload["contiguous"] is True
     for row in payload["rows"]:
         assert is_contiguous(module_graph, row["placement"]), row["placer"]
+
+
+class Around(torch.nn.Module):
+    """A module with own ops before, between and after its two submodules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.b(torch.tanh(self.a(x * 2.0)))) + 1.0
+
+
+class Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head = Around(), torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.body(x)).sum()
+
+
+def test_a_module_s_own_ops_after_a_submodule_go_with_it():
+    g = from_torch(Model(), (torch.randn(3, 4),), colocate_modules=2, training=False)
+    group = {n.op.split(".")[0].split("_")[0]: n.colocation for n in g.nodes if n.module == "body"}
+    assert group["mul"] == "module:body"  # before its first submodule: the module's own group
+    assert group["tanh"] == "module:body.a" and group["relu"] == "module:body.b"  # after a, after b
+    assert group["add"] == "module:body.b"
+    placement = [1 if (n.colocation or "").startswith(("module:body.b", "module:head")) else 0 for n in g.nodes]
+    assert to_split_points(g, placement).split_spec == ["body.b"]  # a stage may begin at a submodule
+
+
+def test_every_contiguous_placer_gives_split_points_of_a_hugging_face_gpt2():
+    import transformers
+
+    from placement_env.importers.huggingface import from_huggingface
+
+    config = transformers.GPT2Config(n_layer=4, n_embd=32, n_head=4, vocab_size=256, n_positions=64, bos_token_id=0,
+                                     eos_token_id=0)
+    g = from_huggingface(config, 8, 32, colocate_modules=3)
+    cluster = Cluster.preset("a100-nvlink", 4)
+    for name, placer in {**CONTIGUOUS_PLACERS, **CONTIGUOUS_RUNTIME_DEFAULTS}.items():
+        if name in ("local-search", "anneal"):
+            continue  # their starts are among the others; the searches alone: the module graph test above
+        placement = placer(g, cluster, 0, step=Step(8, "1f1b"))
+        points = to_split_points(g, placement)
+        assert all(s.startswith(("transformer.", "lm_head")) for s in points.split_spec), name

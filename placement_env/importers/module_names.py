@@ -50,10 +50,15 @@ class ModuleNames:
 
 def colocate_by_module(nodes: list[Node], depth: int | None) -> list[Node]:
     """``nodes`` with every op of one submodule (its name cut to ``depth`` parts; None: whole) in one colocation
-    group, ``module:<name>``. A view's group (views are colocated with the op whose output they alias) holds
-    only within its module: a view in another module than the tensor it aliases goes with its own module, as a
-    runtime moves the tensor at the module's entry and views the copy. The model's own glue ops (module ``""``)
-    and inputs stay units of their own, or with the view group of a glue op or input they alias."""
+    group, ``module:<name>``. A module whose own ops come after one of its grouped submodules (GPT-2's
+    ``transformer``: the sum of the two embeddings after ``wpe``, a view after ``ln_f``) keeps only the own ops
+    before its first submodule in its group; each later one joins the group of the submodule op just before it,
+    so that a pipeline stage may begin at any of its submodules and at nothing else, as
+    ``torch.distributed.pipelining`` splits it (``SplitPoint.BEGINNING`` of a module). A view's group (views are
+    colocated with the op whose output they alias) holds only within its module: a view in another module than
+    the tensor it aliases goes with its own module, as a runtime moves the tensor at the module's entry and views
+    the copy. The model's own glue ops (module ``""``) and inputs stay units of their own, or with the view group
+    of a glue op or input they alias."""
 
     def key(module: str | None) -> str | None:
         if not module:
@@ -64,11 +69,16 @@ def colocate_by_module(nodes: list[Node], depth: int | None) -> list[Node]:
     for node in nodes:
         if node.colocation is not None:
             producer_key.setdefault(node.colocation, key(node.module))
+    last_below: dict[str, str] = {}  # module key -> the group of the last op seen of a module below it
     out = []
     for node in nodes:
         mine = key(node.module)
         if mine is not None:
-            group: str | None = f"module:{mine}"
+            own = last_below.get(mine, f"module:{mine}")
+            parts = mine.split(".")
+            for k in range(1, len(parts)):  # this op is below each of its proper ancestors
+                last_below[".".join(parts[:k])] = own
+            group: str | None = own
         elif node.colocation is not None and producer_key[node.colocation] is None:
             group = node.colocation  # a view among glue ops or inputs
         else:

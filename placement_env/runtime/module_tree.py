@@ -42,6 +42,8 @@ class PlacedModules:
 
     Attributes:
         own: module -> the set of devices its own ops (recorded with exactly that name) are on.
+        own_runs: (module, run) -> the devices of one run of its own ops: a run ends where an op of one of its
+            submodules comes (GPT-2's ``transformer`` has its own ops before ``h.0`` and after ``ln_f``).
         holds_parameters: the modules whose own ops hold parameters.
         first: module (and every ancestor) -> index of its first op in the graph, its place in program order.
 
@@ -57,12 +59,20 @@ class PlacedModules:
                              "placement_env.from_torch (and colocate_modules=True, so that placers keep modules "
                              "whole) to export its placements")
         self.own: dict[str, set[int]] = {}
+        self.own_runs: dict[tuple[str, int], set[int]] = {}
         self.holds_parameters: set[str] = set()
         self.first: dict[str, int] = {}
+        run: dict[str, int] = {}
+        interrupted: set[str] = set()
         for i, node in enumerate(graph.nodes):
             if node.module is None:
                 continue
+            interrupted.update(parents(node.module)[:-1])  # a submodule's op ends its ancestors' runs
+            if node.module in interrupted:
+                run[node.module] = run.get(node.module, 0) + 1
+                interrupted.discard(node.module)
             self.own.setdefault(node.module, set()).add(int(self.placement[i]))
+            self.own_runs.setdefault((node.module, run.get(node.module, 0)), set()).add(int(self.placement[i]))
             if node.param_bytes > 0:
                 self.holds_parameters.add(node.module)
             for name in ["", *parents(node.module)]:
@@ -83,9 +93,14 @@ class PlacedModules:
         return out
 
     def split_modules(self) -> list[tuple[str, list[int]]]:
-        """The submodules whose own ops are on more than one device, with those devices, in program order."""
-        return [(m, sorted(d)) for m, d in sorted(self.own.items(), key=lambda item: self.first[item[0]])
-                if m and len(d) > 1]
+        """The submodules with a run of their own ops (:attr:`own_runs`) on more than one device, with that run's
+        devices, in program order. A module whose runs around its submodules are on different devices is not
+        split: a pipeline stage may begin at any of its submodules."""
+        split: dict[str, list[int]] = {}
+        for (m, _), devices in self.own_runs.items():
+            if m and len(devices) > 1 and m not in split:
+                split[m] = sorted(devices)
+        return sorted(split.items(), key=lambda item: self.first[item[0]])
 
 
 def layer_sequence(graph: ComputationGraph) -> list[str]:

@@ -73,20 +73,25 @@ def to_split_points(graph: ComputationGraph, placement: Sequence[int] | np.ndarr
             raise ValueError(f"the placement is not contiguous: op {node.id!r} (module {node.module!r}) is on "
                              f"device {device}, whose stage ended when device {order[-1]}'s began; pipeline "
                              "stages need each device's ops in one run of the program")
-    stage_of_module = {m: stage_of[next(iter(d))] for m, d in placed.own.items() if m}
+    # the stages of each module's own ops (several for a module whose own ops lie around submodules in stages)
+    stages_of_module = {m: {stage_of[d] for d in devices if d in stage_of} for m, devices in placed.own.items() if m}
     split_spec = []
     for k in range(1, len(order)):
         module = graph.nodes[first_op[k]].module or ""
         # the module of the stage's first op begins there (no module is split); so may some of its ancestors:
         # the outermost one that lies within the stage, else the module itself
         begins = [a for a in parents(module) if placed.first[a] == first_op[k]]
-        contained = [a for a in begins if {stage_of_module[m] for m in stage_of_module
-                                           if m == a or m.startswith(f"{a}.")} == {k}]
+        contained = [a for a in begins if set().union(*(stages_of_module[m] for m in stages_of_module
+                                                         if m == a or m.startswith(f"{a}."))) == {k}]
         split_spec.append(contained[0] if contained else module)
     layers: list[str] = []
 
+    def stages_under(name: str) -> set[int]:
+        return set().union(*(stages_of_module[m] for m in stages_of_module
+                             if not name or m == name or m.startswith(f"{name}.")))
+
     def flatten(name: str) -> None:
-        stages = {stage_of_module[m] for m in stage_of_module if not name or m == name or m.startswith(f"{name}.")}
+        stages = stages_under(name)
         if name and len(stages) == 1:
             layers.append(name)
             return
@@ -94,7 +99,6 @@ def to_split_points(graph: ComputationGraph, placement: Sequence[int] | np.ndarr
             flatten(child)
 
     flatten("")
-    stage_of_layer = [next(iter({stage_of_module[m] for m in stage_of_module if m == layer
-                                 or m.startswith(f"{layer}.")})) for layer in layers]
+    stage_of_layer = [min(stages_under(layer)) for layer in layers]
     parts = [0] + [stage_of_layer.index(k) for k in range(1, len(order))] + [len(layers)]
     return SplitPoints(order, split_spec, layers, parts)
