@@ -86,6 +86,7 @@ def test_cells_of_other_kinds_and_nodes_are_named_by_their_cluster():
 def test_bad_budgets_and_nodes_are_one_line(args, message, capsys, tmp_path):
     from agents.benchmark import main
 
+    status: object
     try:
         status = main(["--out", str(tmp_path / "o"), "--graph", "synthetic/1"] + args)
     except SystemExit as exit_:  # argparse's own errors
