@@ -166,19 +166,26 @@ def format_report(table: dict[str, dict[str, dict]], budget_seconds: float, comm
     return "\n".join(lines) + "\n", buffer.getvalue()
 
 
-def method_inputs(cell: Cell, method: str, budget_seconds: float | None, policy: str | None, seed: int = 0) -> str:
+def method_inputs(cell: Cell, method: str, budget_seconds: float | None, policy: str | None, seed: int = 0,
+                  problem: tuple[str, dict] | None = None) -> str:
     """The digest of everything that determines ``method``'s record on ``cell``: the graph's content, the
     cluster's, the method, its budget (None for a method without one) and seed, and for the pretrained policy's
     methods the policy file's bytes (the shipped one when ``policy`` is None). A cached record is reused only
-    under the same digest."""
-    graph, cluster = cell.load()
-    data: dict = {"graph": graph_digest(graph), "cluster": cluster.to_dict(), "method": method,
+    under the same digest. ``problem``: the cell's :func:`problem_digest`, when already computed."""
+    graph_key, cluster_dict = problem if problem is not None else problem_digest(cell)
+    data: dict = {"graph": graph_key, "cluster": cluster_dict, "method": method,
                   "budget_seconds": budget_seconds, "seed": seed}
     if cell.step.pipelined:  # the plain step's digests stay those of the records cached before pipelining
         data["step"] = list(cell.step)
     if method in ("zero-shot", "fine-tuned"):
         data["policy"] = hashlib.sha256(Path(policy or shipped_policy_path()).read_bytes()).hexdigest()
     return digest_of(data)
+
+
+def problem_digest(cell: Cell) -> tuple[str, dict]:
+    """``(graph digest, cluster as plain data)`` of ``cell``, what its records' digests share."""
+    graph, cluster = cell.load()
+    return graph_digest(graph), cluster.to_dict()
 
 
 def cached_record(path: Path, inputs: str) -> dict | None:
@@ -220,8 +227,9 @@ def _run_benchmark(cells: list[Cell], budgets: list[float], out: Path, policy: s
     """:func:`run_benchmark` once ``out`` is held."""
     runs = [(method, budget) for method in method_names
             for budget in (budgets if method in BUDGETED else [None])]
-    inputs = {(cell.key, method, budget): method_inputs(cell, method, budget, policy) for cell in cells
-              for method, budget in runs}
+    problems = {cell.key: problem_digest(cell) for cell in cells}  # each graph loaded once
+    inputs = {(cell.key, method, budget): method_inputs(cell, method, budget, policy, problem=problems[cell.key])
+              for cell in cells for method, budget in runs}
     named: dict[str, Cell] = {}
     for cell in cells:
         if named.setdefault(cell.key, cell) != cell:
