@@ -142,7 +142,8 @@ def _plot(tables: dict[float, Table], budgets: list[float], budgeted: list[str],
         gap = np.array([feasible_makespan(row[m]) / best[c] - 1 for (c, row), m in zip(first.items(), per_cell)])
         seconds = np.mean([row[m]["seconds"] if label == "zero-shot" else sum(row[x]["seconds"] for x in group)
                            for row, m in zip(first.values(), per_cell)])
-        ax.scatter([max(seconds, 1e-3)], [np.mean(gap[np.isfinite(gap)]) * 100], marker="*", s=120, label=label)
+        ax.scatter([max(seconds, 1e-3)], [np.mean(gap[np.isfinite(gap)]) * 100], marker="*", s=140, label=label,
+                   color="black" if label == "zero-shot" else "grey", zorder=3)
     ax.set_xscale("log")
     ax.set_xlabel("mean seconds used per cell (one point per budget)")
     ax.set_ylabel("mean gap to the best seen (%)")
