@@ -123,6 +123,13 @@ def verdict(table: dict[str, dict[str, dict]]) -> dict:
     return out
 
 
+def measured_columns(record: dict) -> list[str]:
+    """A record's CSV columns after cell and method: makespan (ms, empty without a placement), lower bound (ms),
+    ratio, oom (0 / 1), seconds."""
+    return [f"{record['makespan'] * 1e3:.4f}" if "makespan" in record else "", f"{record['lower_bound'] * 1e3:.4f}",
+            f"{ratio(record):.4f}", str(int(record.get("overflow", 0) > 0)), f"{record['seconds']:.2f}"]
+
+
 def format_report(table: dict[str, dict[str, dict]], budget_seconds: float, command: str) -> tuple[str, str]:
     """``(markdown, csv)`` of the results."""
     names = list(next(iter(table.values())))
@@ -147,9 +154,7 @@ def format_report(table: dict[str, dict[str, dict]], budget_seconds: float, comm
                 if ratio(r) == best and m not in LEARNED:
                     text = f"**{text}**"
             cells.append(text)
-            writer.writerow([cell, m, f"{r['makespan'] * 1e3:.4f}" if "makespan" in r else "",
-                             f"{r['lower_bound'] * 1e3:.4f}", f"{ratio(r):.4f}", int(r.get("overflow", 0) > 0),
-                             f"{r['seconds']:.2f}"])
+            writer.writerow([cell, m, *measured_columns(r)])
         lines.append(f"| {cell} | " + " | ".join(cells) + " |")
     v = verdict(table)
     lines += ["", "Seconds used per method (mean over cells): " + ", ".join(
@@ -304,8 +309,6 @@ def _anytime_files(tables: dict[float, dict[str, dict[str, dict]]], budgets: lis
                 if method not in BUDGETED and budget != budgets[0]:
                     continue
                 rows.append(",".join([key, method, f"{budget:g}" if method in BUDGETED else "",
-                                      f"{r['makespan'] * 1e3:.4f}" if "makespan" in r else "",
-                                      f"{r['lower_bound'] * 1e3:.4f}", f"{ratio(r):.4f}",
-                                      str(int(r.get("overflow", 0) > 0)), f"{r['seconds']:.2f}"]))
+                                      *measured_columns(r)]))
     markdown += "\nPer budget, every cell: " + ", ".join(f"benchmark_{b:g}s.md" for b in budgets) + "\n"
     return markdown, "\n".join(rows) + "\n"
