@@ -223,7 +223,9 @@ def check_weights(saved: Checkpoint, path: str | os.PathLike) -> None:
     if not isinstance(encoder, str) or not isinstance(options, dict):
         raise ValueError(f"{str(path)!r}: checkpoint.json's policy names no encoder")
     try:
-        _, in_dim, _ = observation_sizes(saved.observation_space)
+        _, in_dim, max_devices = observation_sizes(saved.observation_space)
+        if saved.policy.get("head") == "device-embedding":  # its encoder reads no device one-hot
+            in_dim -= max_devices
         with torch.device("meta"):
             declared = build_encoder(encoder, in_dim, **options).state_dict()
     except (ValueError, TypeError, KeyError, RuntimeError) as error:

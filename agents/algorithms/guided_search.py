@@ -40,6 +40,7 @@ class GuidedSearch(PlacementAlgorithm):
         elite: placements kept per graph and imitated.
         seed: seeds the network and the sampling.
         tensorboard_log: a folder for SB3's logger, or None.
+        head: the policy's device head (:data:`agents.policies.network.HEADS`).
 
     Raises:
         ValueError: a setting out of range, named.
@@ -51,7 +52,7 @@ class GuidedSearch(PlacementAlgorithm):
     def __init__(self, env: gym.Env, encoder: str = "fadp-gt", encoder_kwargs: dict | None = None,
                  head_hidden: int = 64, learning_rate: float = 1e-3, samples: int = 256,
                  search_seconds: float = 1.0, elite: int = 8, seed: int = 0,
-                 tensorboard_log: str | None = None) -> None:
+                 tensorboard_log: str | None = None, head: str = "per-unit") -> None:
         if not checked_finite("learning_rate", learning_rate) > 0:
             raise ValueError(f"learning_rate must be positive, got {learning_rate!r}")
         if not checked_finite("search_seconds", search_seconds) > 0:
@@ -62,7 +63,7 @@ class GuidedSearch(PlacementAlgorithm):
                                          elite=checked_count("elite", elite, 1), chains=2)
         self.seed, self.learning_rate = seed, learning_rate
         torch.manual_seed(seed)
-        self.policy = PlacementNetwork(self.observation_space, encoder, encoder_kwargs, head_hidden)
+        self.policy = PlacementNetwork(self.observation_space, encoder, encoder_kwargs, head_hidden, head=head)
         self.policy.optimizer = torch.optim.Adam(self.policy.parameters(), lr=learning_rate)
         self.rounds = 0
         self.time_left: Callable[[], float] | None = None  # seconds of budget left (train.py's clock), if any

@@ -149,9 +149,12 @@ def fitted_problem(graph: ComputationGraph, cluster: Cluster, network: Placement
                    seed: int = 0, step: Step = PLAIN_STEP) -> PlacementProblem:
     """The :class:`~agents.algorithms.problem.PlacementProblem` of ``graph`` for ``network`` (its observation
     showing the start the policy was trained with), coarsened to the policy's unit limit when larger; a cluster of
-    more devices than the policy knows is a ``ValueError``."""
+    more devices than a per-unit head knows is a ``ValueError`` (a device-embedding head places on any number, its
+    observation padded to the cluster's)."""
     max_units, max_devices = network.max_nodes, network.max_devices
-    if cluster.num_devices > max_devices:
+    if getattr(network, "device_agnostic", False):
+        max_devices = cluster.num_devices
+    elif cluster.num_devices > max_devices:
         raise ValueError(f"the cluster has {cluster.num_devices} devices; this policy places on at most "
                          f"{max_devices} (pretrain one with python -m agents.pretrain --devices ...)")
     graph = fit_units(graph, max_units)

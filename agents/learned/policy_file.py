@@ -41,9 +41,10 @@ def policy_space(max_devices: int, max_units: int = POLICY_MAX_UNITS) -> gym.spa
 
 
 def new_network(encoder: str = "fadp-gt", encoder_kwargs: dict | None = None, max_devices: int = 8,
-                head_hidden: int = 64) -> PlacementNetwork:
-    """An untrained policy for clusters of up to ``max_devices`` devices."""
-    return PlacementNetwork(policy_space(max_devices), encoder, dict(encoder_kwargs or {}), head_hidden)
+                head_hidden: int = 64, head: str = "per-unit") -> PlacementNetwork:
+    """An untrained policy for clusters of up to ``max_devices`` devices (any number with
+    ``head="device-embedding"``: ``max_devices`` is then only the padding it is described by)."""
+    return PlacementNetwork(policy_space(max_devices), encoder, dict(encoder_kwargs or {}), head_hidden, head=head)
 
 
 def save_policy(network: PlacementNetwork, path: str | os.PathLike, optimizer: torch.optim.Optimizer | None = None,
@@ -66,8 +67,12 @@ def load_policy(path: str | os.PathLike, with_optimizer: bool = False) -> Any:
     if not isinstance(info, dict):
         raise ValueError(f"{str(path)!r}: its info (how the policy was made) is a {type(info).__name__}, not a "
                          "mapping")
-    network = PlacementNetwork(saved.observation_space, saved.policy["encoder"], saved.policy["encoder_kwargs"],
-                               int(saved.algo_kwargs.get("head_hidden", 64)))
+    try:
+        network = PlacementNetwork(saved.observation_space, saved.policy["encoder"], saved.policy["encoder_kwargs"],
+                                   int(saved.algo_kwargs.get("head_hidden", 64)),
+                                   head=str(saved.policy.get("head", "per-unit")))
+    except ValueError as error:
+        raise ValueError(f"{str(path)!r}: {error}") from None
     try:
         network.load_state_dict(saved.policy_state)
     except RuntimeError as error:

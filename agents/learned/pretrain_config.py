@@ -10,6 +10,7 @@ from placement_env.checks import checked_count, checked_finite
 HELD_OUT_FIRST_SEED = 100  # the suites' seeds from here on are the benchmark's held-out graphs
 TRAINING_SUITES = ("ptb", "cifar10", "nmt")
 POLICY_STARTS = ("best-fast", "single")  # what the policy's observation shows (agents.learned.placer.start_units)
+POLICY_HEADS = ("per-unit", "device-embedding")  # agents.policies.network.HEADS, named here without torch
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class PretrainConfig:
     encoder_kwargs: dict = field(default_factory=dict)
     start: str = "best-fast"
     seed: int = 0
+    head: str = "per-unit"
 
     def __post_init__(self) -> None:
         checked_count("seeds", self.seeds, 1)
@@ -42,10 +44,13 @@ class PretrainConfig:
                                  "synthetic")
         if not self.devices:
             raise ValueError("devices: give at least one device count")
+        if self.head not in POLICY_HEADS:
+            raise ValueError(f"head: use one of {', '.join(POLICY_HEADS)}, got {self.head!r}")
         for m in self.devices:
             checked_count("devices", m, 2)
-            if m > self.max_devices:
-                raise ValueError(f"devices: {m} is more than max_devices={self.max_devices}")
+            if m > self.max_devices and self.head == "per-unit":
+                raise ValueError(f"devices: {m} is more than max_devices={self.max_devices} (the per-unit head's "
+                                 "outputs; the device-embedding head takes any number)")
         for name in ("expert_seconds", "improve_seconds", "learning_rate"):
             if not checked_finite(name, getattr(self, name)) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
@@ -55,6 +60,11 @@ class PretrainConfig:
             checked_count("expert_steps", self.expert_steps, 1)
         checked_count("epochs", self.epochs, 1)
         checked_count("rounds", self.rounds, 0)
+
+    def padding(self, devices: int) -> int:
+        """The device padding of a training problem on ``devices`` devices: ``max_devices`` for the per-unit head
+        (its outputs), at least ``devices`` for the device-embedding head (no weight depends on it)."""
+        return max(self.max_devices, devices)
 
     def problems(self) -> list[tuple[str, int]]:
         """``(graph name, device count)`` of every training problem."""

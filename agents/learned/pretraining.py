@@ -87,7 +87,7 @@ def expert_target(name: str, devices: int, config: PretrainConfig) -> dict:
         best_fast = start_units(graph, cluster, "best-fast", config.seed)
         found = anneal_units(graph, cluster, best_fast, config.seed, time_budget=None, max_steps=config.expert_steps)
         units = graph.unit_placement(found.placement)
-    problem = PlacementProblem(graph, cluster, config.max_devices, start)
+    problem = PlacementProblem(graph, cluster, config.padding(devices), start)
     units = problem.labels(units)[0]
     makespan, overflow = problem.judge(units[None, :])
     return {"units": units.tolist(), "makespan": float(makespan[0]), "overflow": float(overflow[0]),
@@ -136,7 +136,7 @@ def improved_targets(policy: bytes, problems: list[tuple[str, str, int, list[int
     rounds_config = SearchRoundsConfig(search_seconds=config.improve_seconds, chains=1)
     out: dict[str, dict | None] = {}
     for key, name, devices, start, old_makespan, old_overflow in problems:
-        problem = PlacementProblem(load_graph(name), Cluster.preset(num_devices=devices), config.max_devices,
+        problem = PlacementProblem(load_graph(name), Cluster.preset(num_devices=devices), config.padding(devices),
                                    np.asarray(start, np.int64))
         with torch.no_grad():
             result = search_rounds(network, problem, config.improve_seconds * 2, rounds_config,
@@ -150,16 +150,19 @@ def improved_targets(policy: bytes, problems: list[tuple[str, str, int, list[int
 IMPROVE_CHUNK = 8  # training problems per stage-3 job: the policy travels once per chunk
 
 
-def pretrain(config: PretrainConfig, out: str | os.PathLike, log=print, fanout: FanOut = IN_PROCESS) -> Path:
+def pretrain(config: PretrainConfig, out: str | os.PathLike, log=print, fanout: FanOut = IN_PROCESS,
+             experts: str | os.PathLike | None = None) -> Path:
     """Run (or resume) the three stages into ``out``, the searches where ``fanout`` says (its workers live through
     all stages); returns the policy's path. ``out`` is held for the whole run
-    (:class:`~agents.training.lock.OutputLock`): a second pretraining on it fails at once (``ValueError``)."""
+    (:class:`~agents.training.lock.OutputLock`): a second pretraining on it fails at once (``ValueError``).
+    ``experts``: another pretraining's folder whose stage-1 targets are copied (only those made from the same
+    inputs, :func:`expert_inputs`) instead of computed: pretrainings of several policies on the same experts."""
     Path(out).mkdir(parents=True, exist_ok=True)
     with OutputLock(out):
         for folder in (Path(out), Path(out) / "targets"):  # a killed run's half-written files (held by nobody now)
             remove_stale_temporaries(folder)
         with open_runner(fanout, preload=("agents.learned.pretraining",)) as runner:
-            path = _stages(config, Path(out), log, runner)
+            path = _stages(config, Path(out), log, runner, None if experts is None else Path(experts))
         if fanout.workers > 1 and fanout.ray is None:  # the worker processes have ended: their peak is known now
             record_path = Path(out) / "pretrain.json"
             record = json.loads(record_path.read_text())
@@ -169,7 +172,7 @@ def pretrain(config: PretrainConfig, out: str | os.PathLike, log=print, fanout: 
     return path
 
 
-def _stages(config: PretrainConfig, out: Path, log, runner: JobRunner) -> Path:
+def _stages(config: PretrainConfig, out: Path, log, runner: JobRunner, experts: Path | None) -> Path:
     fanout = runner.fanout
     (out / "targets").mkdir(parents=True, exist_ok=True)
     record_path = out / "pretrain.json"
@@ -203,6 +206,16 @@ def _stages(config: PretrainConfig, out: Path, log, runner: JobRunner) -> Path:
         return out / "targets" / f"{key}.json"
 
     inputs = {problem_key(name, m): expert_inputs(name, m, config) for name, m in config.problems()}
+    if experts is not None:  # another pretraining's experts, where they were made from the same inputs
+        if not (experts / "targets").is_dir():
+            raise ValueError(f"experts: {str(experts)!r} holds no targets/ folder of a pretraining")
+        copied = [key for key in inputs if not _stored(path_of(key), inputs[key])
+                  and _stored(experts / "targets" / f"{key}.json", inputs[key])]
+        for key in copied:
+            write_text_atomically(path_of(key), (experts / "targets" / f"{key}.json").read_text())
+        if copied:
+            log(f"stage 1: {len(copied)} expert placement(s) copied from {experts}")
+        record["experts_from"] = str(experts)
     jobs = [Job(key, f"expert {key}", expert_target, (name, m, config)) for name, m in config.problems()
             for key in [problem_key(name, m)] if not _stored(path_of(key), inputs[key])]
     stage_began = time.perf_counter()
@@ -227,12 +240,12 @@ def _stages(config: PretrainConfig, out: Path, log, runner: JobRunner) -> Path:
         if "start" not in data:  # made by a version that did not store it
             data["start"] = start_units(graph, cluster, config.start, config.seed).tolist()
             write_text_atomically(path_of(key), json.dumps(data))
-        problems[key] = PlacementProblem(graph, cluster, config.max_devices, np.asarray(data["start"], np.int64))
+        problems[key] = PlacementProblem(graph, cluster, config.padding(m), np.asarray(data["start"], np.int64))
 
     def target(key: str) -> dict:
         return json.loads((out / "targets" / f"{key}.json").read_text())
 
-    network = new_network(config.encoder, config.encoder_kwargs, config.max_devices)
+    network = new_network(config.encoder, config.encoder_kwargs, config.max_devices, head=config.head)
     optimizer = torch.optim.Adam(network.parameters(), lr=config.learning_rate)
     policy_path = out / POLICY_FILE
     done_epochs = 0
