@@ -12,7 +12,9 @@ Experiments (the paper's layout; every table also lists the classical placers an
 * ``table4``: the FAGA ablation (adjacency matrix, high- and low-frequency terms switched off and on);
 * ``table5``: the DPFR ablation (average- and max-pooling branches);
 * ``table6``: the real models (VGG19 ... PNASNet), FADP-GT against Placeto;
-* ``figure4``: learning curves (best makespan so far against environment steps) per encoder.
+* ``figure4``: learning curves (best makespan so far against environment steps) per encoder;
+* ``encoders``: the encoders under equal pretraining, zero-shot and fine-tuned on the benchmark's held-out
+  cells (its own options: ``python -m agents.experiments encoders --help``, :mod:`agents.paper.encoders_command`).
 
 What is measured, on this machine's CPUs:
 
@@ -41,6 +43,7 @@ import sys
 from pathlib import Path
 
 from agents.jobs import add_fanout_args, fanout_from_args, open_runner
+from agents.paper import encoders_command
 from agents.paper.design import design
 from agents.paper.figure import experiment_figure4
 from agents.paper.report import RESULTS_INTRO, header, other_sections
@@ -63,8 +66,10 @@ EXPERIMENTS = tuple(EXPERIMENT_TABLES)
 def main(argv: list[str] | None = None) -> int:
     """Run the command (``argv``: its arguments); 0, 1 when runs failed, 2 after one ``error:`` line."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["encoders"]:
+        return encoders_command.main(argv[1:])
     parser = OneLineParser(prog="python -m agents.experiments", description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("experiment", choices=EXPERIMENTS + ("all",))
+    parser.add_argument("experiment", choices=EXPERIMENTS + ("all", "encoders"))
     parser.add_argument("--quick", action="store_true",
                         help="every row, one seed, one graph, 3 GPUs, 2 s per run (a smoke test)")
     parser.add_argument("--seeds", type=int, help="seeds per cell (default 3)")

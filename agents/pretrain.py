@@ -82,7 +82,7 @@ def _pretrain(args) -> object:
         raise ValueError(f"--experts: {args.experts!r} holds no targets/ folder of a pretraining")
     fanout = fanout_from_args(args)
     from agents.learned.policy_file import new_network  # torch: loaded once the settings are checked
-    from agents.learned.pretraining import pretrain
+    from agents.learned.pretraining import pretrain  # torch, as above
 
     new_network(config.encoder, config.encoder_kwargs, config.max_devices, head=config.head)  # options checked now
     return pretrain(config, args.out, log=lambda line: print(line, flush=True), fanout=fanout, experts=args.experts)

@@ -103,8 +103,8 @@ def test_a_pretraining_on_another_s_experts_copies_them_and_computes_none(tmp_pa
 
 
 def test_the_study_matches_parameter_budgets_and_names_its_rows():
-    from agents.encoder_study import ROW_NAMES
     from agents.paper.encoder_study import STUDY_ROWS, matched_options, network_parameters, slug
+    from agents.paper.encoders_command import ROW_NAMES
 
     assert ROW_NAMES == tuple(STUDY_ROWS)
     assert slug("FADP-GT without FAGA") == "fadp-gt-without-faga"
@@ -126,9 +126,9 @@ def test_the_study_matches_parameter_budgets_and_names_its_rows():
      "reference: no such file"),
 ])
 def test_study_command_errors_are_one_line(args, message, capsys, tmp_path):
-    from agents.encoder_study import main
+    from agents.experiments import main
 
-    assert main(args + ["--out", str(tmp_path / "out"), "--runs", str(tmp_path / "runs")]) == 2
+    assert main(["encoders"] + args + ["--out", str(tmp_path / "out"), "--runs", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and message in err[0]
     assert not (tmp_path / "out" / "encoders.md").exists()
@@ -148,3 +148,32 @@ def test_the_study_reads_the_anytime_benchmark_s_csv(tmp_path):
     with pytest.raises(ValueError, match="is not the anytime benchmark's CSV"):
         reference(path)
     assert np.isfinite(known["a"]["best"])
+
+
+def test_the_study_report_splits_cells_by_padding_and_counts_refusals_apart(tmp_path):
+    """A refused record (empty makespan in the CSV) has no gap and is counted as 'none'; cells beyond the per-unit
+    padding get a table of their own. Gaps hand-computed: 6/5 - 1 = 20%, 4/4 - 1 = 0%."""
+    from agents.learned.pretrain_config import PretrainConfig
+    from agents.paper.benchmark_cells import Cell
+    from agents.paper.encoder_study import PADDED_DEVICES, StudyConfig, _records, _report
+
+    small, large = Cell("cifar10/100", 3), Cell("ptb/103", PADDED_DEVICES * 2)
+    config = StudyConfig(("GCN",), PretrainConfig(rounds=0), (1.0,), (small, large))
+    folder = tmp_path / "benchmark"
+    folder.mkdir()
+    (folder / "benchmark.csv").write_text(
+        "cell,method,budget_seconds,makespan_ms,lower_bound_ms,ratio,oom,seconds\n"
+        f"{small.key},zero-shot,,6.0,1,6,0,0.5\n{small.key},fine-tuned,1,5.0,1,5,0,1\n"
+        f"{large.key},zero-shot,,,,,0,0.1\n{large.key},fine-tuned,1,,,,0,0.1\n")
+    records = _records(folder, config)
+    assert "makespan" not in records[(large.key, "zero-shot", None)]
+    known = {small.key: {"best": 5e-3, "anneal": {0.3: 7e-3, 1.0: 5.5e-3, 10.0: 5e-3}},
+             large.key: {"best": 4e-3, "anneal": {0.3: 6e-3, 1.0: 5e-3, 10.0: 4e-3}}}
+    pretrained = {"GCN": {"stage_seconds": {"imitation": 3.0}, "stages": {"loss": [1.5]}}}
+    markdown, rows = _report(config, {"GCN": (config.pretraining, 1000)}, pretrained, {"GCN": records}, known)
+    first, second = markdown.split(f"### Cells on more than {PADDED_DEVICES} devices (1)")
+    assert f"### Cells on at most {PADDED_DEVICES} devices (1)" in first
+    assert "| 20.0% (20.0%) | 0/1 | 1/1 |" in first and "| 0.0% (0.0%) | 1/1 |" in first
+    assert "none" not in first and "1 none" in second
+    gaps = {(r["cell"], r["method"]): r["gap"] for r in rows}
+    assert gaps[(small.key, "zero-shot")] == pytest.approx(0.2) and gaps[(large.key, "zero-shot")] == float("inf")

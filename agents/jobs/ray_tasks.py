@@ -86,8 +86,12 @@ class RayTasks(JobRunner):
                         continue
                     progress.finished(job.label, f"failed: {outcomes[job.key].message}", False, running)
         except BaseException:
-            for reference in waiting:
-                ray.cancel(reference, force=True)
+            # a Ray started here ends with its workers in __exit__ (ray.shutdown); cancelling its tasks first races
+            # their completion, which Ray answers by aborting the driver (task_manager.cc "Tried to complete task
+            # that was not pending", ray-project/ray#54738); a cluster's workers outlive us, so those are cancelled
+            if not self.started_here:
+                for reference in waiting:
+                    ray.cancel(reference, force=True)
             raise
         return outcomes
 

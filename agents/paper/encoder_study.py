@@ -1,5 +1,5 @@
 """The encoders compared where the encoder matters: equal pretraining, then the held-out cells
-(``python -m agents.encoder_study``).
+(``python -m agents.experiments encoders``).
 
 Every row of :data:`STUDY_ROWS` (FADP-GT, FADP-GT without FAGA, without DPFR, and the encoders of Placeto, GCN,
 GAT, GraphSAGE and Graphormer) is pretrained by :func:`agents.learned.pretraining.pretrain` on the same problems,
@@ -51,6 +51,7 @@ STUDY_ROWS: dict[str, tuple[str, dict]] = {  # label -> (encoder, options); the 
 WIDTHS = tuple(range(16, 513, 8))  # the encoder widths tried when matching parameter budgets
 WITHIN = 0.03  # "near the plateau": at most 3% above annealing's 10-s result
 METHODS = ("zero-shot", "fine-tuned")
+PADDED_DEVICES = PretrainConfig().max_devices  # the devices a per-unit head of the default padding places on
 
 
 def slug(label: str) -> str:
@@ -169,54 +170,71 @@ def _records(folder: Path, config: StudyConfig) -> dict[tuple[str, str, float | 
             budget = float(line["budget_seconds"]) if line.get("budget_seconds") else \
                 (config.budgets[0] if line["method"] == "fine-tuned" else None)
             out[(line["cell"], line["method"], budget)] = {
-                "makespan": float(line["makespan_ms"]) / 1e3 if line["makespan_ms"] else None,
-                "overflow": float(line["oom"]), "seconds": float(line["seconds"])}
+                "overflow": float(line["oom"]), "seconds": float(line["seconds"]),
+                **({"makespan": float(line["makespan_ms"]) / 1e3} if line["makespan_ms"] else {})}  # none: refused
     return out
 
 
 def _report(config: StudyConfig, configs: dict[str, tuple[PretrainConfig, int]], pretrained: dict[str, dict],
             records: dict[str, dict], known: dict[str, dict]) -> tuple[str, list[dict]]:
-    """The study's Markdown and CSV rows (module docstring: gaps to the best seen)."""
+    """The study's Markdown (one table for the cells on at most :data:`PADDED_DEVICES` devices, one for those on
+    more, where a per-unit head places nothing) and its CSV rows (module docstring: gaps to the best seen)."""
     cells = [cell.key for cell in config.cells]
     best = {cell: min([known[cell]["best"]] + [feasible_makespan(r) for rows in records.values()
                                                for (c, _, _), r in rows.items() if c == cell]) for cell in cells}
+    runs = [("zero-shot", None)] + [("fine-tuned", b) for b in config.budgets]
+    table_rows: list[dict] = []
+    values: dict[tuple[str, str, float | None], dict[str, tuple[float, float]]] = {}
+    for row in config.rows:
+        for method, at in runs:
+            values[(row, method, at)] = {}
+            for cell in cells:
+                r = records[row].get((cell, method, at))
+                mk = feasible_makespan(r)
+                gap = mk / best[cell] - 1.0 if np.isfinite(best[cell]) else float("inf")
+                values[(row, method, at)][cell] = (mk, gap)
+                table_rows.append({"row": row, "cell": cell, "method": method, "budget_seconds": at,
+                                   "makespan_ms": mk * 1e3 if np.isfinite(mk) else "", "gap": gap,
+                                   "seconds": None if r is None else r["seconds"]})
+    small = [cell.key for cell in config.cells if (cell.devices or 0) <= PADDED_DEVICES]
+    large = [cell for cell in cells if cell not in small]
+    parts = []
+    for title, group in ((f"Cells on at most {PADDED_DEVICES} devices", small),
+                         (f"Cells on more than {PADDED_DEVICES} devices", large)):
+        if group:
+            parts.append(f"### {title} ({len(group)})\n\n" + _table(config, configs, pretrained, records, known,
+                                                                     values, group))
+    return "\n".join(parts), table_rows
+
+
+def _table(config: StudyConfig, configs: dict[str, tuple[PretrainConfig, int]], pretrained: dict[str, dict],
+           records: dict[str, dict], known: dict[str, dict],
+           values: dict[tuple[str, str, float | None], dict[str, tuple[float, float]]], cells: list[str]) -> str:
+    """One Markdown table of the study over ``cells``: a line per row."""
     budgets = list(config.budgets)
     head = ["encoder", "width", "parameters", "imitation s", "last loss", "zero-shot gap mean (median)",
             "within 3% of anneal@10s", "≤ anneal@0.3s", "zero-shot s"]
     head += [f"fine-tuned@{b:g}s gap mean (median)" for b in budgets]
     head += [f"fine-tuned ≤ anneal@{b:g}s" for b in budgets]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    table_rows: list[dict] = []
     for row in config.rows:
         settings, count = configs[row]
         record = pretrained[row]
-        gap_of = {}
-        for method, at in [("zero-shot", None)] + [("fine-tuned", b) for b in budgets]:
-            values = []
-            for cell in cells:
-                r = records[row].get((cell, method, at))
-                mk = feasible_makespan(r)
-                gap = mk / best[cell] - 1.0 if np.isfinite(best[cell]) else float("inf")
-                anneal = known[cell]["anneal"]
-                values.append((cell, mk, gap, anneal))
-                table_rows.append({"row": row, "cell": cell, "method": method, "budget_seconds": at,
-                                   "makespan_ms": mk * 1e3 if np.isfinite(mk) else "", "gap": gap,
-                                   "seconds": None if r is None else r["seconds"]})
-            gap_of[(method, at)] = values
-        zero = gap_of[("zero-shot", None)]
-        within = sum(mk <= (1 + WITHIN) * a.get(10.0, float("inf")) for _, mk, _, a in zero)
-        early = sum(mk <= a.get(0.3, float("inf")) for _, mk, _, a in zero)
+        zero = values[(row, "zero-shot", None)]
+        within = sum(zero[c][0] <= (1 + WITHIN) * known[c]["anneal"].get(10.0, float("inf")) for c in cells)
+        early = sum(zero[c][0] <= known[c]["anneal"].get(0.3, float("inf")) for c in cells)
         seconds = np.mean([records[row][(c, "zero-shot", None)]["seconds"] for c in cells])
         stage = record.get("stage_seconds", {})
         cols = [row, str(settings.encoder_kwargs.get("hidden_dim", 64)), f"{count:,}",
                 f"{stage.get('imitation', 0.0):.0f}", f"{record['stages']['loss'][-1]:.3f}",
-                _stats([g for _, _, g, _ in zero]), f"{within}/{len(cells)}", f"{early}/{len(cells)}",
+                _stats([zero[c][1] for c in cells]), f"{within}/{len(cells)}", f"{early}/{len(cells)}",
                 f"{seconds:.2f}"]
-        cols += [_stats([g for _, _, g, _ in gap_of[("fine-tuned", b)]]) for b in budgets]
-        cols += [f"{sum(mk <= a.get(b, float('inf')) for _, mk, _, a in gap_of[('fine-tuned', b)])}/{len(cells)}"
-                 for b in budgets]
+        tuned = [values[(row, "fine-tuned", b)] for b in budgets]
+        cols += [_stats([t[c][1] for c in cells]) for t in tuned]
+        cols += [f"{sum(t[c][0] <= known[c]['anneal'].get(b, float('inf')) for c in cells)}/{len(cells)}"
+                 for b, t in zip(budgets, tuned)]
         lines.append("| " + " | ".join(cols) + " |")
-    return "\n".join(lines) + "\n", table_rows
+    return "\n".join(lines) + "\n"
 
 
 def _stats(values: Sequence[float]) -> str:

@@ -1,9 +1,9 @@
-"""The encoders compared under equal pretraining: ``python -m agents.encoder_study``.
+"""The encoders compared under equal pretraining: ``python -m agents.experiments encoders [options]``.
 
-    python -m agents.encoder_study --out experiments/encoders --epochs 12 --budgets 1 --workers 2
-    python -m agents.encoder_study --rows FADP-GT GCN --epochs 2 --seeds 4 --out /tmp/study
+    python -m agents.experiments encoders --out experiments/encoders --epochs 12 --budgets 1 --workers 2
+    python -m agents.experiments encoders --rows FADP-GT GCN --epochs 2 --seeds 4 --out /tmp/study
 
-A thin command line over :func:`agents.paper.encoder_study.run_study` (what is compared and how: there). The
+A thin command line over :func:`.encoder_study.run_study` (what is compared and how: there). The
 pretrainings and their benchmark records live in ``--runs`` (resumed: rerun the same command after an
 interruption); ``--out`` gets ``encoders.md`` (the table, with the command), ``encoders.csv`` (every row, cell,
 method and budget) and each row's ``pretrain.json``. Exit status 0, 2 after one ``error:`` line, 130 on Ctrl-C.
@@ -11,7 +11,6 @@ method and budget) and each row's ``pretrain.json``. Exit status 0, 2 after one 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from agents.jobs import add_fanout_args, fanout_from_args
@@ -22,12 +21,13 @@ from placement_env.cli import OneLineParser, check_output_paths, run_cli
 from placement_env.json_files import write_text_atomically
 
 ROW_NAMES = ("FADP-GT", "FADP-GT without FAGA", "FADP-GT without DPFR", "Placeto", "GCN", "GAT", "GraphSAGE",
-             "Graphormer")  # agents.paper.encoder_study.STUDY_ROWS, named here without torch
+             "Graphormer")  # .encoder_study.STUDY_ROWS, named here without torch
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command (``argv``: its arguments); the exit status (module docstring)."""
-    parser = OneLineParser(prog="python -m agents.encoder_study", description=(__doc__ or "").splitlines()[0])
+def main(argv: list[str]) -> int:
+    """Run the command (``argv``: its arguments after ``encoders``); the exit status (module docstring)."""
+    parser = OneLineParser(prog="python -m agents.experiments encoders",
+                           description=(__doc__ or "").splitlines()[0])
     defaults = PretrainConfig()
     parser.add_argument("--out", default="experiments/encoders", help="where the report goes")
     parser.add_argument("--runs", default="runs/encoder_study", help="the pretrainings and their records")
@@ -59,14 +59,14 @@ def main(argv: list[str] | None = None) -> int:
         check_output_paths(None, args.runs)
         fanout = fanout_from_args(args)
         cells = held_out_cells() + (large_cells() if args.large else [])
-        from agents.paper.encoder_study import StudyConfig, copy_records, run_study, write_csv  # torch: now
+        from .encoder_study import StudyConfig, copy_records, run_study, write_csv  # torch: now
 
         config = StudyConfig(tuple(args.rows), pretraining, tuple(sorted(set(args.budgets))), tuple(cells))
         markdown, rows = run_study(config, Path(args.runs), Path(args.reference), fanout,
                                    log=lambda line: print(line, flush=True))
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        command = "python -m agents.encoder_study " + " ".join(sys.argv[1:] if argv is None else argv)
+        command = "python -m agents.experiments encoders " + " ".join(argv)
         write_text_atomically(out / "encoders.md", f"Command: `{command}`\n\n{markdown}")
         write_csv(out / "encoders.csv", rows)
         copy_records(config, Path(args.runs), out)
@@ -75,6 +75,3 @@ def main(argv: list[str] | None = None) -> int:
 
     return run_cli(run)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
