@@ -50,6 +50,9 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--zero-shot", action="store_true",
                         help="no fine-tuning: one forward pass and the best of the sampled placements")
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="placements drawn per forward pass")
+    parser.add_argument("--passes", type=int, default=1,
+                        help="with --zero-shot: forward passes, each showing the policy the best placement so far "
+                             "(default 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", metavar="FILE", help="write the placement (the spec's placement file)")
     return parser
@@ -66,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.zero_shot:
                 raise ValueError("--zero-shot takes no --budget-seconds (it does not search)")
         checked_count("--samples", args.samples, 1)
+        checked_count("--passes", args.passes, 1)
+        if args.passes > 1 and not args.zero_shot:
+            raise ValueError("--passes is for --zero-shot (the fine-tuning searches instead)")
         check_output_paths(args.out)
         graph, cluster = graph_and_cluster_from_args(args)
         step = Step(**checked_step_args(args, graph))
@@ -74,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         from agents.learned import placer, report  # torch: loaded once the input is checked
 
         result = placer.place(graph, cluster, args.policy, args.budget_seconds, args.zero_shot, args.seed,
-                              args.samples, step=step)
+                              args.samples, step=step, passes=args.passes)
         with ignore_interrupts():  # the best placement found is reported and written whole
             print(report.placement_report(graph, cluster, result, args.seed, step))
             if args.out:

@@ -122,6 +122,7 @@ def test_the_study_matches_parameter_budgets_and_names_its_rows():
     (["--budgets", "0"], "--budgets must be positive"),
     (["--budgets", "nan"], "--budgets"),
     (["--epochs", "0"], "epochs"),
+    (["--expert-seconds", "0"], "expert_seconds must be positive"),
     (["--reference", "/nonexistent.csv", "--rows", "GCN", "--seeds", "1", "--devices", "2", "--epochs", "1"],
      "reference: no such file"),
 ])
@@ -171,9 +172,16 @@ def test_the_study_report_splits_cells_by_padding_and_counts_refusals_apart(tmp_
              large.key: {"best": 4e-3, "anneal": {0.3: 6e-3, 1.0: 5e-3, 10.0: 4e-3}}}
     pretrained = {"GCN": {"stage_seconds": {"imitation": 3.0}, "stages": {"loss": [1.5]}}}
     markdown, rows = _report(config, {"GCN": (config.pretraining, 1000)}, pretrained, {"GCN": records}, known)
+    # a second row, paired against the first on the cells where both placed: 5.4 / 6.0 = 0.9
+    two = StudyConfig(("GCN", "GAT"), config.pretraining, config.budgets, config.cells)
+    key = (small.key, "zero-shot", None)
+    faster = {**records, key: {**records[key], "makespan": 5.4e-3}}
+    paired, _ = _report(two, dict.fromkeys(two.rows, (config.pretraining, 1000)), dict.fromkeys(two.rows,
+                        pretrained["GCN"]), {"GCN": records, "GAT": faster}, known)
+    assert "| GAT |" in paired and "| 1 / 0, ×0.900 |" in paired.split("| GAT |")[1].splitlines()[0] + "|"
     first, second = markdown.split(f"### Cells on more than {PADDED_DEVICES} devices (1)")
     assert f"### Cells on at most {PADDED_DEVICES} devices (1)" in first
-    assert "| 20.0% (20.0%) | 0/1 | 1/1 |" in first and "| 0.0% (0.0%) | 1/1 |" in first
+    assert "| 20.0% (20.0%) | 0/1 | 1/1 | 0.50 |" in first and "| 0.0% (0.0%) | 1/1 | 1.00 |" in first
     assert "none" not in first and "1 none" in second
     gaps = {(r["cell"], r["method"]): r["gap"] for r in rows}
     assert gaps[(small.key, "zero-shot")] == pytest.approx(0.2) and gaps[(large.key, "zero-shot")] == float("inf")

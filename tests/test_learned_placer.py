@@ -82,6 +82,33 @@ def test_zero_shot_gives_a_placement_of_every_node_in_a_second_or_two():
     assert simulate(g, result.placement, c).makespan == pytest.approx(result.makespan)
 
 
+def test_zero_shot_passes_keep_the_first_pass_s_best_or_better_and_each_edits_the_last_best(monkeypatch):
+    """Pass 1 of ``passes=3`` is ``passes=1`` (same seed), later passes only replace it with a shorter placement,
+    and each pass after the first shows the policy the best placement so far."""
+    import agents.learned.placer as placer
+
+    g, c = load_graph("cifar10/1"), Cluster.preset("p100", 3)
+    network = new_network()
+    one = place(g, c, network, zero_shot=True, samples=16)
+    shown = []
+    original = PlacementProblem.restarted
+
+    def spy(self, start_units):
+        shown.append(np.asarray(start_units).copy())
+        return original(self, start_units)
+
+    monkeypatch.setattr(PlacementProblem, "restarted", spy)
+    three = placer.place(g, c, network, zero_shot=True, samples=16, passes=3)
+    assert len(shown) == 2 and three.makespan <= one.makespan + 1e-12
+    assert simulate(g, three.placement, c).makespan == pytest.approx(three.makespan)
+    first = g.unit_placement(one.placement)
+    assert np.array_equal(shown[0], first)  # the second pass sees the first pass's best
+    with pytest.raises(ValueError, match="passes"):
+        place(g, c, network, zero_shot=True, passes=0)
+    single = place(g, c, network, zero_shot=True, samples=1)  # the likeliest placement alone
+    assert single.makespan >= one.makespan - 1e-12
+
+
 def test_bad_input_is_refused_naming_it(tmp_path):
     g = load_graph("default")
     for bad in (0, -1.0, float("nan"), float("inf")):
@@ -203,6 +230,8 @@ def test_benchmark_command_errors_are_one_line(args, message, capsys, tmp_path):
     (["--budget-seconds", "0"], "--budget-seconds must be positive"),
     (["--zero-shot", "--budget-seconds", "3"], "--zero-shot takes no --budget-seconds"),
     (["--policy", "missing.zip"], "--policy: no such file"),
+    (["--passes", "2"], "--passes is for --zero-shot"),
+    (["--zero-shot", "--passes", "0"], "--passes"),
     (["--graph", "nope"], "nope"),
     (["--zero-shot", "--out", "no/such/folder/p.json"], "folder 'no/such/folder' does not exist"),
 ])

@@ -3,6 +3,8 @@ and the relabellings of placements on identical devices (:func:`aligned_labels`,
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
@@ -78,11 +80,22 @@ class PlacementProblem:
         self.num_units, self.num_devices = self.units.num_units, cluster.num_devices
         self.simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step)
         self.canonical = homogeneous(cluster)
-        start = np.zeros(self.num_units, np.int64) if start_units is None else np.asarray(start_units, np.int64)
+        self._show(np.zeros(self.num_units, np.int64) if start_units is None else start_units)
+
+    def _show(self, start_units: np.ndarray) -> None:
+        """Make ``start_units`` the placement the observation shows."""
+        start = np.asarray(start_units, np.int64)
         self.start_units = start
         self.shown = canonical_labels(start, self.units.topological_order)[0] if self.canonical else start
         obs = self.task.observation(0, self.shown, np.zeros(self.num_units, np.int8))
         self.observation = {k: torch.as_tensor(v).unsqueeze(0) for k, v in obs.items()}
+
+    def restarted(self, start_units: np.ndarray) -> PlacementProblem:
+        """The same problem with ``start_units`` (a device per unit) in its observation; the task and the
+        simulator are shared with this one, not rebuilt."""
+        other = copy.copy(self)
+        other._show(start_units)
+        return other
 
     def judge(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(makespan s, overflow bytes)`` of each row of ``rows`` (B x units), in one simulator call."""

@@ -5,7 +5,9 @@ Two ways, both from a policy made by :mod:`agents.learned.pretraining` (the ship
 
 * **zero-shot**: one forward pass of the policy, ``samples`` placements drawn from it (at
   :data:`ZERO_SHOT_TEMPERATURE`, the most likely placement first) and judged in one simulator call, the best
-  kept; when every one is out of memory, the best is repaired as the classical placers' placements are.
+  kept; with ``passes`` above 1, each further pass shows the policy the best placement so far instead of the
+  start placement and draws ``samples`` more; when every one is out of memory, the best is repaired as the
+  classical placers' placements are.
 * **fine-tuned** (the default, ``budget_seconds``, default :data:`DEFAULT_BUDGET_SECONDS`): first
   :data:`EXPLORE_SHARE` of the budget anneals from each of the :data:`EXPLORE_STARTS` best starts (the best
   zero-shot proposal and the placements of the fast classical placers the ``anneal`` placer starts from), then
@@ -168,9 +170,12 @@ def proposals(network: PlacementNetwork, problem: PlacementProblem, samples: int
     divided by it: below 1, closer to the most likely placement, which is the first row)."""
     with torch.no_grad():
         logits = problem.logits(network)
+    likeliest = logits.argmax(-1).numpy()[None, :]
+    if samples == 1:
+        return likeliest
     generator = torch.Generator().manual_seed(seed)
     drawn = sample_rows(torch.softmax(logits / temperature, -1), samples - 1, 0.0, generator)
-    return np.concatenate([logits.argmax(-1).numpy()[None, :], drawn])
+    return np.concatenate([likeliest, drawn])
 
 
 def repaired(problem: PlacementProblem, units: np.ndarray, makespan: float,
@@ -199,7 +204,7 @@ def is_placer_policy(policy: Any) -> bool:
 
 def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_seconds: float | None = None,
           zero_shot: bool = False, seed: int = 0, samples: int = DEFAULT_SAMPLES, use_classical_starts: bool = True,
-          learn: bool = True, allow_oom: bool = False, step: Step = PLAIN_STEP) -> LearnedPlacement:
+          learn: bool = True, allow_oom: bool = False, step: Step = PLAIN_STEP, passes: int = 1) -> LearnedPlacement:
     """Place ``graph`` on ``cluster`` with ``policy`` (module docstring): zero-shot, or fine-tuned for
     ``budget_seconds`` seconds in all.
 
@@ -218,6 +223,7 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
         allow_oom: return the best placement found even when it is out of memory (``overflow`` > 0).
         step: the step placements are judged by (``Step(8, "1f1b")``: 8 micro-batches pipelined; the policy was
             pretrained on the plain step, the search judges by this one).
+        passes: zero-shot forward passes (module docstring; 1: the start placement's alone).
 
     Returns:
         a :class:`LearnedPlacement`, a device per node of ``graph`` (coarsening only groups ops). Ctrl-C (or
@@ -228,8 +234,8 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
     Raises:
         PlacementInfeasibleError: nothing found fits in memory (unless ``allow_oom``), as the classical placers.
         KeyboardInterrupt: Ctrl-C before any placement was judged, or when none found by then fits in memory.
-        ValueError: a bad budget or sample count, a cluster larger than the policy knows, a file that is not a
-            checkpoint.
+        ValueError: a bad budget, sample or pass count, a cluster larger than the policy knows, a file that is
+            not a checkpoint.
     """
     began = time.perf_counter()
     step = step.checked(graph)
@@ -240,7 +246,7 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
         found = LearnedPlacement(placement, result.makespan, over, time.perf_counter() - began, "rollout", 0)
     else:
         found = _learned_placement(graph, cluster, policy, budget_seconds, zero_shot, seed, samples,
-                                   use_classical_starts, learn, began, step)
+                                   use_classical_starts, learn, began, step, passes)
     if found.overflow > 0 and not allow_oom:
         if found.interrupted:
             raise Terminated() if found.terminated else KeyboardInterrupt()
@@ -253,10 +259,11 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
 
 def _learned_placement(graph: ComputationGraph, cluster: Cluster, policy: Any, budget_seconds: float | None,
                        zero_shot: bool, seed: int, samples: int, use_classical_starts: bool, learn: bool,
-                       began: float, step: Step) -> LearnedPlacement:
+                       began: float, step: Step, passes: int) -> LearnedPlacement:
     """:func:`place` with a placer policy."""
     budget = checked_budget(DEFAULT_BUDGET_SECONDS if budget_seconds is None else budget_seconds)
     checked_count("samples", samples, 1)
+    checked_count("passes", passes, 1)
     network = copy.deepcopy(load_placement_policy(policy))  # fine-tuning must not change the caller's policy
     problem = fitted_problem(graph, cluster, network, seed, step)
     torch.manual_seed(seed)
@@ -265,6 +272,12 @@ def _learned_placement(graph: ComputationGraph, cluster: Cluster, policy: Any, b
     best = int(np.lexsort((makespan, overflow))[0])
     if zero_shot:
         units, mk, over, rounds = rows[best], float(makespan[best]), float(overflow[best]), 0
+        for index in range(1, passes):  # each pass edits the best placement so far
+            more = proposals(network, problem.restarted(units), samples, seed + index, ZERO_SHOT_TEMPERATURE)
+            makespan, overflow = problem.judge(more)
+            best = int(np.lexsort((makespan, overflow))[0])
+            if (overflow[best], makespan[best]) < (over, mk):
+                units, mk, over = more[best], float(makespan[best]), float(overflow[best])
         if over > 0:  # every sample is out of memory: repaired as the classical placers' placements are
             units, mk, over = repaired(problem, units, mk, over)
     else:

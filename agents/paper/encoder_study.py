@@ -212,10 +212,13 @@ def _table(config: StudyConfig, configs: dict[str, tuple[PretrainConfig, int]], 
            values: dict[tuple[str, str, float | None], dict[str, tuple[float, float]]], cells: list[str]) -> str:
     """One Markdown table of the study over ``cells``: a line per row."""
     budgets = list(config.budgets)
+    first = config.rows[0]
     head = ["encoder", "width", "parameters", "imitation s", "last loss", "zero-shot gap mean (median)",
-            "within 3% of anneal@10s", "≤ anneal@0.3s", "zero-shot s"]
+            "within 3% of anneal@10s", "≤ anneal@0.3s", "zero-shot s",
+            f"zero-shot against {first}: better / worse, geometric mean ratio"]
     head += [f"fine-tuned@{b:g}s gap mean (median)" for b in budgets]
     head += [f"fine-tuned ≤ anneal@{b:g}s" for b in budgets]
+    head += [f"fine-tuned@{b:g}s s" for b in budgets]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for row in config.rows:
         settings, count = configs[row]
@@ -228,13 +231,24 @@ def _table(config: StudyConfig, configs: dict[str, tuple[PretrainConfig, int]], 
         cols = [row, str(settings.encoder_kwargs.get("hidden_dim", 64)), f"{count:,}",
                 f"{stage.get('imitation', 0.0):.0f}", f"{record['stages']['loss'][-1]:.3f}",
                 _stats([zero[c][1] for c in cells]), f"{within}/{len(cells)}", f"{early}/{len(cells)}",
-                f"{seconds:.2f}"]
+                f"{seconds:.2f}", "-" if row == first else _paired(zero, values[(first, "zero-shot", None)], cells)]
         tuned = [values[(row, "fine-tuned", b)] for b in budgets]
         cols += [_stats([t[c][1] for c in cells]) for t in tuned]
         cols += [f"{sum(t[c][0] <= known[c]['anneal'].get(b, float('inf')) for c in cells)}/{len(cells)}"
                  for b, t in zip(budgets, tuned)]
+        cols += [f"{np.mean([records[row][(c, 'fine-tuned', b)]['seconds'] for c in cells]):.2f}" for b in budgets]
         lines.append("| " + " | ".join(cols) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _paired(mine: dict[str, tuple[float, float]], theirs: dict[str, tuple[float, float]], cells: list[str]) -> str:
+    """On the cells where both placed within memory: how many ``mine`` has the shorter makespan on, how many the
+    longer, and the geometric mean of the makespan ratios (below 1: ``mine`` shorter)."""
+    pairs = [(mine[c][0], theirs[c][0]) for c in cells if np.isfinite(mine[c][0]) and np.isfinite(theirs[c][0])]
+    if not pairs:
+        return "-"
+    ratios = np.array([a / b for a, b in pairs])
+    return f"{int((ratios < 1).sum())} / {int((ratios > 1).sum())}, ×{float(np.exp(np.log(ratios).mean())):.3f}"
 
 
 def _stats(values: Sequence[float]) -> str:

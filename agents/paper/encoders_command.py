@@ -37,6 +37,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", type=int, default=defaults.seeds, help="training graphs per suite")
     parser.add_argument("--devices", type=int, nargs="+", default=list(defaults.devices))
     parser.add_argument("--epochs", type=int, default=defaults.epochs, help="imitation passes per row")
+    parser.add_argument("--expert-seconds", type=float, default=defaults.expert_seconds,
+                        help="annealing seconds per expert placement (the first row computes them)")
     parser.add_argument("--head", choices=POLICY_HEADS, default=defaults.head)
     parser.add_argument("--budgets", type=float, nargs="+", default=[1.0], metavar="S",
                         help="the fine-tuned placer's budgets (s) on each cell (default 1)")
@@ -54,6 +56,7 @@ def main(argv: list[str]) -> int:
         if unknown:
             raise ValueError(f"--rows: unknown row {unknown[0]!r}; known: {', '.join(ROW_NAMES)}")
         pretraining = PretrainConfig(seeds=args.seeds, devices=tuple(args.devices), epochs=args.epochs, rounds=0,
+                                     expert_seconds=args.expert_seconds,
                                      head=args.head)
         check_output_paths(None, args.out)
         check_output_paths(None, args.runs)
