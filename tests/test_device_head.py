@@ -181,7 +181,7 @@ def test_the_study_report_splits_cells_by_padding_and_counts_refusals_apart(tmp_
     assert "| GAT |" in paired and "| 1 / 0, ×0.900 |" in paired.split("| GAT |")[1].splitlines()[0] + "|"
     first, second = markdown.split(f"### Cells on more than {PADDED_DEVICES} devices (1)")
     assert f"### Cells on at most {PADDED_DEVICES} devices (1)" in first
-    assert "| 20.0% (20.0%) | 0/1 | 1/1 | 0.50 |" in first and "| 0.0% (0.0%) | 1/1 | 1.00 |" in first
+    assert "| 20.0% (20.0%) | 0/1 | 1/1 | 0.50 |" in first and "| 0.0% (0.0%) | 1/1 | -9.09% | 1.00 |" in first
     assert "none" not in first and "1 none" in second
     gaps = {(r["cell"], r["method"]): r["gap"] for r in rows}
     assert gaps[(small.key, "zero-shot")] == pytest.approx(0.2) and gaps[(large.key, "zero-shot")] == float("inf")

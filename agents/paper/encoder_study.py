@@ -218,6 +218,7 @@ def _table(config: StudyConfig, configs: dict[str, tuple[PretrainConfig, int]], 
             f"zero-shot against {first}: better / worse, geometric mean ratio"]
     head += [f"fine-tuned@{b:g}s gap mean (median)" for b in budgets]
     head += [f"fine-tuned ≤ anneal@{b:g}s" for b in budgets]
+    head += [f"fine-tuned@{b:g}s against anneal@{b:g}s, mean" for b in budgets]
     head += [f"fine-tuned@{b:g}s s" for b in budgets]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for row in config.rows:
@@ -236,6 +237,8 @@ def _table(config: StudyConfig, configs: dict[str, tuple[PretrainConfig, int]], 
         cols += [_stats([t[c][1] for c in cells]) for t in tuned]
         cols += [f"{sum(t[c][0] <= known[c]['anneal'].get(b, float('inf')) for c in cells)}/{len(cells)}"
                  for b, t in zip(budgets, tuned)]
+        cols += [_against([t[c][0] for c in cells], [known[c]["anneal"].get(b, float("inf")) for c in cells])
+                 for b, t in zip(budgets, tuned)]
         cols += [f"{np.mean([records[row][(c, 'fine-tuned', b)]['seconds'] for c in cells]):.2f}" for b in budgets]
         lines.append("| " + " | ".join(cols) + " |")
     return "\n".join(lines) + "\n"
@@ -249,6 +252,12 @@ def _paired(mine: dict[str, tuple[float, float]], theirs: dict[str, tuple[float,
         return "-"
     ratios = np.array([a / b for a, b in pairs])
     return f"{int((ratios < 1).sum())} / {int((ratios > 1).sum())}, ×{float(np.exp(np.log(ratios).mean())):.3f}"
+
+
+def _against(mine: Sequence[float], theirs: Sequence[float]) -> str:
+    """The mean of ``mine / theirs - 1`` over the cells where both are finite (negative: ``mine`` shorter)."""
+    ratios = [a / b - 1.0 for a, b in zip(mine, theirs) if np.isfinite(a) and np.isfinite(b)]
+    return f"{100 * np.mean(ratios):+.2f}%" if ratios else "-"
 
 
 def _stats(values: Sequence[float]) -> str:
