@@ -44,7 +44,7 @@ from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_p
 
 from .local_search import RefineResult, judge_unit_placements
 from .search_clock import SearchClock
-from .stages import nearest_contiguous, program_order, stage_neighbours
+from .stages import nearest_contiguous, program_order, stage_neighbours, unit_parameters
 from .starts import best_of_starts
 
 
@@ -148,6 +148,7 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
         return RefineResult(graph.expand_unit_placement(best), cur_mk, cur_over, 0, evaluations, history)
     near = nearest_units(graph, config.block_max - 1)
     order = program_order(graph) if contiguous else np.zeros(0, dtype=np.int64)
+    weight = unit_parameters(graph) if contiguous else None
     while max_steps is None or steps < max_steps:
         batch = clock.step(config.batch)  # the whole batch, or what the time left allows (0: stop)
         if batch == 0:
@@ -155,7 +156,7 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
         progress = steps / max_steps if max_steps is not None else clock.progress()
         temperature = config.t_start * (config.t_end / config.t_start) ** min(progress, 1.0)
         if contiguous:
-            rows = stage_neighbours(current, order, m, batch, rng)
+            rows = stage_neighbours(current, order, m, batch, rng, weight)
         else:
             rows = unit_neighbours(current, near, m, batch, rng, config)
         mk, over = judge(rows)

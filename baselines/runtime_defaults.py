@@ -5,7 +5,7 @@ DeepSpeed's ``PipelineModule(layers, num_stages, partition_method=...)`` cuts it
 stages: ``"uniform"`` gives each stage the same number of layers (``partition_uniform``: the first
 ``len(layers) % num_stages`` stages one more), ``"parameters"`` balances the stages' trainable parameters
 (``partition_balanced``: the contiguous cut whose heaviest stage is lightest). These are those two rules, written
-here on the graph's layers (:func:`~placement_env.runtime.module_tree.layer_sequence`, the model's submodules with
+here on the graph's layers (:func:`~placement_env.plan.module_tree.layer_sequence`, the model's submodules with
 containers expanded, as a user lists them for DeepSpeed; parameter bytes stand for parameter counts, which gives
 the same cuts for one precision). Stage ``s`` goes to device ``s``; an op outside every layer (an input, the
 model's glue) goes with the op before it in program order, or, first of all, to stage 0. They ignore compute,
@@ -27,7 +27,7 @@ import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
-from placement_env.runtime.module_tree import layer_sequence
+from placement_env.plan.module_tree import layer_sequence
 
 from .memory import PlacementInfeasibleError
 

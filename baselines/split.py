@@ -13,9 +13,11 @@ its device. Two families of cuts are computed exactly on that model:
 * **balanced compute**: the smallest bottleneck T such that greedy pieces of compute at most T seconds on their
   device (and within memory) cover all units (bisection on T).
 
-Every candidate is then simulated in one :func:`~placement_env.simulate_batch` call and the simulator picks:
-least overflow first, then the shortest step. Its placement may still overflow (received copies are not in the
-budget); the placers of :data:`baselines.PLACERS` then repair it (:mod:`baselines.memory_repair`).
+A piece whose ops hold no parameter joins the next piece (:func:`~baselines.stages.merge_weightless_runs`): a
+pipeline stage needs parameters to train. Every candidate is then simulated in one
+:func:`~placement_env.simulate_batch` call and the simulator picks: least overflow first, then the shortest step.
+Its placement may still overflow (received copies are not in the budget); the placers of :data:`baselines.PLACERS`
+then repair it (:mod:`baselines.memory_repair`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from placement_env.sim.pipeline import PLAIN_STEP, Step
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 
 from .memory import MemoryBudget, overflow_bytes, units_in_topological_order
+from .stages import merge_weightless_runs
 
 
 def cut_bytes(graph: ComputationGraph, order: np.ndarray) -> np.ndarray:
@@ -167,6 +170,9 @@ def split(graph: ComputationGraph, cluster: Cluster, seed: int = 0, *, step: Ste
         units = np.empty(graph.num_units, dtype=np.int64)
         units[order] = np.minimum(np.searchsorted(edges, share[:-1], side="right"), m - 1)
         candidates.append(units)
+    weight = np.bincount(graph.unit_of, weights=graph.param_bytes, minlength=graph.num_units)[order]
+    for units in candidates:  # every stage worth a device: one without parameters joins its neighbour
+        units[order] = merge_weightless_runs(units[order], weight)
     rows = np.stack([c[graph.unit_of] for c in candidates])
     batch = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step).simulate_batch(rows, check=False)
     best = int(np.lexsort((batch.makespan, overflow_bytes(batch.peak_memory, cluster)))[0])

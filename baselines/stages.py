@@ -6,7 +6,7 @@ topological index of their ops, a forward op in a training graph, whose backward
 device's units form one run, and a device's run never resumes after another device's began. Such a placement
 is *contiguous*. On a module-granular graph (``from_torch(..., colocate_modules=...)``: every module one
 colocation group) no placer splits a module, since every placer decides per unit, so a contiguous placement
-of it is what :func:`placement_env.runtime.split_points.to_split_points` turns into split points.
+of it is what :func:`placement_env.plan.split_points.to_split_points` turns into split points.
 
 * :func:`program_order` and :func:`is_contiguous`;
 * :func:`nearest_contiguous`: a placement made contiguous with the least op cost moved (the devices in the
@@ -14,6 +14,13 @@ of it is what :func:`placement_env.runtime.split_points.to_split_points` turns i
 * :func:`stage_neighbours`: the moves of the searches in contiguous mode (``local-search``, ``anneal``): a
   stage boundary shifted by some units, two stages' devices exchanged (or a stage moved to an unused device),
   a stage cut in two with one part on an unused device. Each keeps a contiguous placement contiguous.
+
+Every stage is worth a device: on a graph with parameters, :func:`nearest_contiguous` and
+:func:`stage_neighbours` never leave a stage whose ops hold no parameter (an input, a view, a dropout, the model's
+glue): such a stage joins the next stage with parameters (the last one joins the one before it), through
+:func:`stages_with_parameters`. A pipeline runtime cannot train a stage without parameters (its optimizer gets an
+empty parameter list) and such a stage only adds a send to the step. A placement may so use fewer devices than
+the cluster has.
 """
 
 from __future__ import annotations
@@ -48,8 +55,45 @@ def is_contiguous(graph: ComputationGraph, placement) -> bool:
     return np.unique(devices).size == devices.size
 
 
+def unit_parameters(graph: ComputationGraph) -> np.ndarray:
+    """Parameter bytes of each placement unit's ops, in program order (:func:`program_order`)."""
+    cached = graph.derived.get("unit_parameters_in_order")
+    if cached is None:
+        by_unit = np.bincount(graph.unit_of, weights=graph.param_bytes, minlength=graph.num_units)
+        cached = graph.derived["unit_parameters_in_order"] = by_unit[program_order(graph)]
+    return cached
+
+
+def merge_weightless_runs(seq: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """``seq`` (a device per unit in program order, contiguous) with every run of units of zero total ``weight``
+    given to the next run of positive weight (the last runs to the one before them); ``seq`` itself when no run
+    is weightless or none has weight. Contiguity is kept: a weightless run takes the device of a run next to it
+    once the runs between have done the same."""
+    starts, devices = stage_runs(seq)
+    if starts.size < 2:
+        return seq
+    run_weight = np.add.reduceat(weight, starts)
+    heavy = np.flatnonzero(run_weight > 0)
+    if heavy.size == 0 or heavy.size == starts.size:
+        return seq
+    at = np.minimum(np.searchsorted(heavy, np.arange(starts.size)), heavy.size - 1)
+    return np.repeat(devices[heavy[at]], np.diff(np.r_[starts, seq.size]))
+
+
+def stages_with_parameters(graph: ComputationGraph, placement) -> np.ndarray:
+    """A contiguous ``placement`` (a device per node) with every stage without parameters joined to a neighbouring
+    stage (module docstring); unchanged on a graph without parameters."""
+    units = graph.unit_placement(np.asarray(placement, dtype=np.int64))
+    order = program_order(graph)
+    merged = merge_weightless_runs(units[order], unit_parameters(graph))
+    result = np.empty(graph.num_units, dtype=np.int64)
+    result[order] = merged
+    return graph.expand_unit_placement(result)
+
+
 def nearest_contiguous(graph: ComputationGraph, placement) -> np.ndarray:
-    """A contiguous placement (a device per node) close to ``placement``; ``placement`` itself when contiguous.
+    """A contiguous placement (a device per node) close to ``placement``, every stage with parameters
+    (:func:`stages_with_parameters`); ``placement`` itself when it is both.
 
     The devices keep the order of the cost-weighted median program position of their units; the cuts between
     them are those that keep the most op cost (each unit weighted by the cost of its ops, plus a share of the
@@ -60,7 +104,7 @@ def nearest_contiguous(graph: ComputationGraph, placement) -> np.ndarray:
     seq = units[order]
     _, run_devices = stage_runs(seq)
     if np.unique(run_devices).size == run_devices.size:
-        return graph.expand_unit_placement(units)
+        return stages_with_parameters(graph, graph.expand_unit_placement(units))
     cost = np.bincount(graph.unit_of, weights=graph.cost, minlength=graph.num_units)[order]
     weight = cost + 1e-3 * max(float(cost.mean()), 1e-12)
     devices = np.unique(seq)
@@ -89,19 +133,20 @@ def nearest_contiguous(graph: ComputationGraph, placement) -> np.ndarray:
     for k, d in enumerate(devices.tolist()):
         made[cuts[k]:cuts[k + 1]] = d
     result = np.empty(graph.num_units, dtype=np.int64)
-    result[order] = made
+    result[order] = merge_weightless_runs(made, unit_parameters(graph))
     return graph.expand_unit_placement(result)
 
 
 def stage_neighbours(units: np.ndarray, order: np.ndarray, num_devices: int, count: int,
-                     rng: np.random.Generator) -> np.ndarray:
+                     rng: np.random.Generator, weight: np.ndarray | None = None) -> np.ndarray:
     """``count`` contiguous unit placements (rows) next to the contiguous ``units`` (a device per unit; ``order``:
     :func:`program_order`), drawn as the module docstring says: a shift moves 1 to all of the units of one side
     of a boundary, log-uniformly many, to the stage across it (a stage emptied drops out); an exchange gives a
     stage another device (the two stages' devices swap when that device holds one); a cut puts the tail or the
     head of a stage of two units or more, cut at a uniformly drawn point, on an unused device. A move that does
     not apply (no boundary, no unused device) is replaced by one that does; a row stays ``units`` when none
-    applies."""
+    applies. With ``weight`` (:func:`unit_parameters`), a stage a move leaves without parameters joins its
+    neighbour (:func:`merge_weightless_runs`)."""
     seq = units[order]
     n = seq.size
     starts, devices = stage_runs(seq)
@@ -135,6 +180,8 @@ def stage_neighbours(units: np.ndarray, order: np.ndarray, num_devices: int, cou
             cut = int(rng.integers(starts[k] + 1, ends[k]))
             piece = order[cut:ends[k]] if rng.random() < 0.5 else order[starts[k]:cut]
             rows[r, piece] = unused[rng.integers(unused.size)]
+        if weight is not None:
+            rows[r, order] = merge_weightless_runs(rows[r, order], weight)
     return rows
 
 

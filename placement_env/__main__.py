@@ -7,6 +7,9 @@ Examples::
     python -m placement_env simulate --graph default --placement p.json --devices 3 --trace step.json
     python -m placement_env export --graph model.json.gz --placement p.json --format device-map
     python -m placement_env export --graph model.json.gz --placement p.json --format split-points --out stages.json
+    python -m placement_env export --graph model.json.gz --placement p.json --devices 4 --microbatches 8 \
+        --format pipeline-plan --out plan.json
+    python -m placement_env run --plan plan.json --model mypackage.models:tiny_gpt2 --steps 5 --sgd 0.01
     python -m placement_env graphs
     python -m placement_env table1
 """
@@ -14,9 +17,13 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import json
+import math
 import sys
 
+from placement_env.checks import first_line
 from placement_env.cli import (
     OneLineParser,
     add_graph_and_cluster_args,
@@ -28,9 +35,10 @@ from placement_env.cli import (
 )
 from placement_env.graph.placement_io import read_placement
 from placement_env.json_files import write_text_atomically
+from placement_env.plan.pipeline_plan import PipelinePlan, pipeline_plan
 from placement_env.runtime import to_device_map, to_split_points
 from placement_env.sim.chrome_trace import write_chrome_trace
-from placement_env.sim.simulator import checked_param_factor, simulate
+from placement_env.sim.simulator import check_placement, checked_param_factor, simulate
 from placement_env.zoo.registry import (
     REAL_MODELS,
     REAL_MODELS_DIR,
@@ -58,13 +66,27 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also write the schedule and each device's memory over time as a Chrome trace "
                           "(.json or .json.gz; open it in https://ui.perfetto.dev or chrome://tracing)")
     export = sub.add_parser("export", help="a placement of a graph with module names as a runtime takes it: "
-                                           "accelerate's device_map or pipeline split points (JSON)")
-    export.add_argument("--graph", required=True, help="a graph file imported by from_torch (it has module names)")
-    export.add_argument("--placement", required=True, metavar="FILE", help="the placement file")
+                                           "accelerate's device_map, pipeline split points or a pipeline plan (JSON)")
+    add_graph_and_cluster_args(export)
+    export.add_argument("--placement", required=True, metavar="FILE",
+                        help="the placement file (its devices are checked against the cluster)")
     export.add_argument("--format", required=True, choices=EXPORT_FORMATS,
                         help="device-map: {module: device} for accelerate.dispatch_model; split-points: the stages' "
-                             "devices, split_spec for torch.distributed.pipelining, DeepSpeed's layers and parts")
+                             "devices, split_spec for torch.distributed.pipelining, DeepSpeed's layers and parts; "
+                             "pipeline-plan: the plan python -m placement_env run launches (stages, ranks, "
+                             "micro-batches, schedule, tied parameters, simulated step and memory)")
+    add_step_args(export)
     export.add_argument("--out", metavar="FILE", help="write the JSON there (default: standard output)")
+    run = sub.add_parser("run", help="training steps of a pipeline plan with torch.distributed.pipelining on local "
+                                     "worker processes (one per stage), or under torchrun")
+    run.add_argument("--plan", required=True, metavar="FILE", help="a plan from export --format pipeline-plan")
+    run.add_argument("--model", required=True, metavar="MODULE:FACTORY",
+                     help="an importable function returning (model, example_inputs) or (model, example_inputs, "
+                          "example_kwargs): the model of the plan's graph and one batch")
+    run.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
+    run.add_argument("--sgd", type=float, metavar="LR",
+                     help="update the parameters with SGD at this learning rate (default: gradients only)")
+    run.add_argument("--out", metavar="FILE", help="also write the measurements as JSON there")
     sub.add_parser("graphs", help="list the shipped graphs with their sizes")
     sub.add_parser("table1", help="the benchmark suites' structure in the layout of the paper's table 1")
     return parser
@@ -95,16 +117,22 @@ def list_shipped() -> None:
         print(f"suite {suite:<10} {len(members)} graphs: {', '.join(members[:2])} .. {members[-1]}")
 
 
-EXPORT_FORMATS = ("device-map", "split-points")
+EXPORT_FORMATS = ("device-map", "split-points", "pipeline-plan")
 
 
 def export(args: argparse.Namespace) -> int:
     """``export``: the placement in ``args.format``, as JSON on stdout or in ``args.out`` (written whole)."""
     check_output_paths(args.out)
-    graph = load_graph(args.graph)
+    graph, cluster = graph_and_cluster_from_args(args)
+    step = checked_step_args(args, graph)
     placement = read_placement(args.placement, graph)
-    exported = (to_device_map(graph, placement) if args.format == "device-map"
-                else to_split_points(graph, placement).to_dict())
+    check_placement(graph, placement, cluster)
+    if args.format == "device-map":
+        exported = to_device_map(graph, placement)
+    elif args.format == "split-points":
+        exported = to_split_points(graph, placement).to_dict()
+    else:
+        exported = pipeline_plan(graph, placement, cluster, **step).to_dict()
     text = json.dumps(exported, indent=1)
     if args.out:
         write_text_atomically(args.out, text + "\n")
@@ -113,10 +141,64 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_plan(args: argparse.Namespace) -> int:
+    """``run``: the plan's training steps on local workers (or this torchrun rank); a summary, and JSON in
+    ``args.out``."""
+    check_output_paths(args.out)
+    if args.steps < 1:
+        raise ValueError(f"--steps must be an integer >= 1, got {args.steps}")
+    if args.sgd is not None and not (math.isfinite(args.sgd) and args.sgd >= 0):
+        raise ValueError(f"--sgd must be a finite learning rate >= 0, got {args.sgd}")
+    plan = PipelinePlan.from_json(args.plan)
+    model, inputs, kwargs = model_from_factory(args.model)
+    from placement_env.runtime.pipeline_runner import run_pipeline, sgd  # loads torch; other commands need none
+
+    optimizer = None if args.sgd is None else functools.partial(sgd, lr=args.sgd)
+    try:
+        result = run_pipeline(model, inputs, plan, steps=args.steps, example_kwargs=kwargs, optimizer=optimizer)
+    except RuntimeError as error:  # a stage failed or died: its first line says which and why
+        raise ValueError(first_line(error)) from None
+    print(f"plan {args.plan}: {plan.num_stages} stages, {plan.microbatches} micro-batches, {plan.schedule}; "
+          f"{args.steps} steps on {result.backend}")
+    print(f"step         {result.seconds * 1e3:.3f} ms (median; spread {result.spread:.1%}; the plan's simulated "
+          f"step on {plan.cluster}: {plan.simulated_step_seconds * 1e3:.3f} ms)")
+    print(f"losses       {', '.join(f'{x:.6g}' for x in result.losses)}")
+    for stage, peak in zip(plan.stages, result.peak_memory):
+        print(f"stage {stage.rank} (device {stage.device}): peak {peak / 2**20:.1f} MiB measured, "
+              f"{stage.simulated_peak_memory / 2**20:.1f} MiB simulated")
+    if args.out:
+        write_text_atomically(args.out, json.dumps(result.to_dict(), indent=1) + "\n")
+    return 0
+
+
+def model_from_factory(spec: str) -> tuple[object, tuple, dict]:
+    """``(model, example_inputs, example_kwargs)`` from ``module:factory`` (see ``run --model``); ``ValueError``
+    naming what cannot be imported or what the factory returned instead."""
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise ValueError(f"--model must be MODULE:FACTORY (an importable module and a function in it), got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - any failure to import is the user's to fix, said in one line
+        raise ValueError(f"--model {spec}: cannot import {module_name!r} ({type(error).__name__}: "
+                         f"{first_line(error)})") from None
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise ValueError(f"--model {spec}: module {module_name!r} has no function {name!r}")
+    made = factory()
+    if not isinstance(made, tuple) or len(made) not in (2, 3):
+        raise ValueError(f"--model {spec}: the factory must return (model, example_inputs) or (model, "
+                         f"example_inputs, example_kwargs), got {type(made).__name__}")
+    model, inputs, kwargs = (*made, {}) if len(made) == 2 else made
+    return model, inputs, dict(kwargs)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "export":
         return export(args)
+    if args.command == "run":
+        return run_plan(args)
     if args.command == "graphs":
         list_shipped()
         return 0

@@ -24,6 +24,9 @@ GIB = 1024**3
 
 SPEED_RANGE = (1e-6, 1e6)  # device speeds times a P100 outside it make step times underflow or overflow
 MIN_BANDWIDTH = 1.0  # bytes/s: slower links make transfer times overflow
+MAX_DEVICES = 4096
+"""The most devices a cluster may have: its two link matrices then take 128 MiB each (a larger count is an error,
+not an hour of building matrices)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,10 @@ def _link_matrix(label: str, values, devices: Sequence[Device]) -> np.ndarray:
             first entry ``label[a][b]`` that is not a number (a string, null, a list).
     """
     m = len(devices)
+    if isinstance(values, np.ndarray) and values.shape == (m, m) and values.dtype.kind in "fiu":
+        mat = values.astype(np.float64)  # the fast path of numeric arrays: nothing to check entry by entry
+        np.fill_diagonal(mat, 0.0)
+        return mat
     rows = values.tolist() if isinstance(values, np.ndarray) else values
     if not isinstance(rows, (list, tuple)) or len(rows) != m:
         got = f"{len(rows)} rows" if isinstance(rows, (list, tuple)) else repr(rows)
@@ -144,6 +151,8 @@ class Cluster:
         if not devices:
             raise ValueError("a cluster needs at least one device")
         m = len(devices)
+        if m > MAX_DEVICES:
+            raise ValueError(f"a cluster of {m} devices is more than the {MAX_DEVICES} a cluster may have")
         for i, d in enumerate(devices):
             for field, value in (("speed", d.speed), ("memory_bytes", d.memory_bytes)):
                 if not is_number(value):
@@ -199,6 +208,8 @@ class Cluster:
                 ``num_devices`` (naming it).
         """
         m = checked_count("the number of devices", num_devices)
+        if m > MAX_DEVICES:
+            raise ValueError(f"the number of devices must be at most {MAX_DEVICES}, got {m}")
         cluster = cls.heterogeneous([kind] * m)
         if per_node is None:
             return cluster
@@ -220,6 +231,8 @@ class Cluster:
                              f"(for M devices of one kind: Cluster.preset({kinds!r}, M))")
         if not kinds:
             raise ValueError("a cluster needs at least one device")
+        if len(kinds) > MAX_DEVICES:
+            raise ValueError(f"a cluster of {len(kinds)} devices is more than the {MAX_DEVICES} a cluster may have")
         specs = []
         for k in kinds:
             if k not in DEVICE_KINDS:
@@ -227,8 +240,8 @@ class Cluster:
             specs.append(DEVICE_KINDS[k])
         m = len(specs)
         devices = [Device(f"gpu{i}", s.speed, s.memory_bytes) for i, s in enumerate(specs)]
-        bw = np.array([[min(specs[a].bandwidth, specs[b].bandwidth) for b in range(m)] for a in range(m)])
-        lat = np.array([[max(specs[a].latency, specs[b].latency) for b in range(m)] for a in range(m)])
+        bandwidths, latencies = np.array([s.bandwidth for s in specs]), np.array([s.latency for s in specs])
+        bw, lat = np.minimum.outer(bandwidths, bandwidths), np.maximum.outer(latencies, latencies)
         name = f"{m}x{kinds[0]}" if len(set(kinds)) == 1 else "+".join(kinds)
         return cls(devices, bw, lat, name=name)
 

@@ -23,3 +23,12 @@ def uniform_cluster(m: int, bandwidth: float = 100.0, latency: float = 0.5, spee
     """``m`` devices with every link at ``bandwidth`` bytes/s and ``latency`` s."""
     return Cluster([Device(f"d{i}", speed, memory) for i in range(m)],
                    np.full((m, m), bandwidth), np.full((m, m), latency))
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not), read from ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -19,7 +19,7 @@ from baselines.memory import PlacementInfeasibleError
 from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS
 from baselines.stages import is_contiguous, nearest_contiguous, program_order, stage_neighbours
 from placement_env import Cluster, ComputationGraph, Device, Edge, Node, from_torch, simulate, write_graph
-from placement_env.runtime.split_points import to_split_points
+from placement_env.plan.split_points import to_split_points
 from placement_env.sim.pipeline import Step
 from tests.test_pipelined_step import chain, free_cluster
 from tests.test_runtime_export import Net

@@ -3,28 +3,30 @@
 The layers, bottom to top (the data path: graph -> simulator -> placers -> environments -> encoders ->
 policies -> training -> the command line):
 
-0. ``placement_env.checks``, ``placement_env.json_files``, ``placement_env.lazy_names``: validators, files and
-   names imported on first use;
+0. ``placement_env.checks``, ``placement_env.json_files``, ``placement_env.lazy_names``,
+   ``placement_env.child_processes``: validators, files, names imported on first use, processes that end with
+   their driver;
 1. ``placement_env.cluster``;
 2. ``placement_env.graph``;
 3. ``placement_env.sim``;
-4. ``placement_env.importers`` and ``placement_env.runtime`` (a model in, placements out);
-5. ``placement_env.zoo``;
-6. ``placement_env.cli``;
-7. ``baselines``;
-8. ``placement_env.envs`` and the package ``placement_env`` itself (its facade re-exports every layer);
-9. ``placement_env.__main__``;
-10. ``agents.names`` (names the command lines check early) and ``agents.jobs`` (the fan-out, which knows
+4. ``placement_env.plan`` (a placement as the plan a runtime runs: stages, micro-batches, schedule, tied groups);
+5. ``placement_env.importers`` and ``placement_env.runtime`` (a model in, placements out, plans run);
+6. ``placement_env.zoo``;
+7. ``placement_env.cli``;
+8. ``baselines``;
+9. ``placement_env.envs`` and the package ``placement_env`` itself (its facade re-exports every layer);
+10. ``placement_env.__main__``;
+11. ``agents.names`` (names the command lines check early) and ``agents.jobs`` (the fan-out, which knows
     nothing of placement);
-11. ``graph_encoders``;
-12. ``agents.policies``;
-13. ``agents.algorithms``;
-14. ``agents.training``;
-15. ``agents.learned``;
-16. ``agents.paper``;
-17. ``agents`` itself and its commands (``agents.place``, ``agents.pretrain``, ``agents.benchmark``,
+12. ``graph_encoders``;
+13. ``agents.policies``;
+14. ``agents.algorithms``;
+15. ``agents.training``;
+16. ``agents.learned``;
+17. ``agents.paper``;
+18. ``agents`` itself and its commands (``agents.place``, ``agents.pretrain``, ``agents.benchmark``,
     ``agents.experiments``);
-18. ``train`` (train.py).
+19. ``train`` (train.py).
 
 Every import statement counts, at module level or inside a function: an import inside a function is
 no way around a layer. Within a layer, no module may import itself back through others (no circles), and
@@ -42,10 +44,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("placement_env", "baselines", "graph_encoders", "agents")
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("placement_env.checks", "placement_env.json_files", "placement_env.lazy_names"),
+    ("placement_env.checks", "placement_env.json_files", "placement_env.lazy_names", "placement_env.child_processes"),
     ("placement_env.cluster",),
     ("placement_env.graph",),
     ("placement_env.sim",),
+    ("placement_env.plan",),
     ("placement_env.importers", "placement_env.runtime"),
     ("placement_env.zoo",),
     ("placement_env.cli",),

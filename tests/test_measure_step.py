@@ -33,6 +33,20 @@ class Net(nn.Module):
         return self.head(torch.cat([left, right], 1).view(x.shape[0], 64))
 
 
+class TiedHead(nn.Module):
+    """An embedding whose weight is also the output layer's (GPT-2's tied embedding, in small)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(20, 16)
+        self.mid = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 20, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x):
+        return self.head(torch.relu(self.mid(self.emb(x))))
+
+
 def model_and_graph():
     torch.manual_seed(0)
     model, x = Net(), torch.randn(8, 16)
@@ -56,6 +70,20 @@ def test_a_two_device_step_runs_and_computes_the_model_s_gradients():
     assert got.seconds >= got.busy.max()  # each step contains each worker's busy time
     expected = model(x).sum()
     expected.backward()
+    for name, param in model.named_parameters():
+        np.testing.assert_allclose(got.gradients[name], param.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_tied_weight_read_on_two_devices_gets_both_readers_gradients():
+    torch.manual_seed(0)
+    model, x = TiedHead(), torch.randint(0, 20, (4, 5))
+    graph = from_torch(model, (x,))
+    on_one = {n.colocation for n in graph.nodes if n.module == "head"}
+    placement = [1 if n.colocation in on_one else 0 for n in graph.nodes]
+    tied = graph.ids.index("param:emb.weight")
+    assert placement[tied] == 0 and 1 in placement  # the head reads the embedding's weight from the other device
+    got = measure_step(model, (x,), graph, placement, repeats=1)
+    model(x).sum().backward()
     for name, param in model.named_parameters():
         np.testing.assert_allclose(got.gradients[name], param.grad.numpy(), rtol=1e-5, atol=1e-6)
 

@@ -45,6 +45,19 @@ class ResidualCNN(nn.Module):
         return self.fc(y.mean((2, 3)))
 
 
+class TiedHead(nn.Module):
+    """GPT-2's tied embedding in small: the output layer reads the embedding's weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.mid = nn.Embedding(20, 8), nn.Linear(8, 8)
+        self.head = nn.Linear(8, 20, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x):
+        return self.head(torch.relu(self.mid(self.emb(x))))
+
+
 def models():
     torch.manual_seed(0)
     encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 2)
@@ -55,6 +68,7 @@ def models():
         "lstm": (Tagger(), torch.randn(2, 5, 4)),
         "cnn": (ResidualCNN(), torch.randn(2, 3, 8, 8)),
         "transformer": (encoder, torch.randn(2, 5, 16)),
+        "tied": (TiedHead(), torch.randint(0, 20, (3, 4))),
     }
 
 
@@ -85,7 +99,8 @@ def test_a_placed_module_gives_the_model_s_outputs_and_gradients(model_name, pla
     out.square().sum().backward()
     assert torch.allclose(out, expected, atol=1e-5)
     ours, theirs = gradients(placed), gradients(model)
-    assert len(ours) == len(theirs)  # export names parameters with "_" for "."; the order is the model's
+    # a tied weight stays one parameter; export names parameters with "_" for "."; the order is the model's
+    assert len(ours) == len(theirs)
     for (_, a), (_, b) in zip(ours.items(), theirs.items()):
         assert torch.allclose(a, b, atol=1e-5)
 

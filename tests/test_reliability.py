@@ -17,6 +17,7 @@ import agents.learned.pretraining as pretraining
 from agents.learned.policy_file import load_policy, new_network, save_policy
 from agents.learned.pretrain_config import PretrainConfig
 from agents.training.lock import OutputLock
+from tests.helpers import running
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = PretrainConfig(suites=("cifar10",), seeds=2, devices=(2,), max_devices=4, expert_steps=10, epochs=3,
@@ -320,14 +321,6 @@ time.sleep(60)
 """
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the reaper reads /proc")
 def test_the_reaper_ends_the_descendants_of_a_killed_driver_and_nothing_else():
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
@@ -336,13 +329,13 @@ def test_the_reaper_ends_the_descendants_of_a_killed_driver_and_nothing_else():
     try:
         child, grandchild = (int(x) for x in driver.stdout.readline().split())
         time.sleep(0.5)  # the reaper has seen them
-        assert _running(child) and _running(grandchild)
+        assert running(child) and running(grandchild)
         driver.kill()
         driver.wait()
         deadline = time.monotonic() + 5
-        while (_running(child) or _running(grandchild)) and time.monotonic() < deadline:
+        while (running(child) or running(grandchild)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _running(child) and not _running(grandchild)
+        assert not running(child) and not running(grandchild)
         assert bystander.poll() is None  # not a descendant of the driver: left alone
     finally:
         bystander.kill()

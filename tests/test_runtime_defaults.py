@@ -19,8 +19,8 @@ from baselines.runtime_defaults import (
     partition_uniform,
 )
 from placement_env import Cluster, from_torch, load_graph, write_graph
+from placement_env.plan.module_tree import layer_sequence
 from placement_env.runtime import to_device_map, to_split_points
-from placement_env.runtime.module_tree import layer_sequence
 
 
 class Block(nn.Module):

@@ -71,7 +71,7 @@ def test_from_huggingface_builds_any_config():
 
 def test_deepspeed_lists_a_transformer_by_its_blocks():
     from baselines.placers import RUNTIME_DEFAULTS
-    from placement_env.runtime.module_tree import layer_sequence
+    from placement_env.plan.module_tree import layer_sequence
 
     g = load_graph("gpt2")
     layers = layer_sequence(g)

@@ -1,6 +1,7 @@
 """A process that ends what a driver started once the driver is gone: :func:`start_reaper`.
 
-Worker processes of ``--workers`` watch their parent themselves (:func:`agents.jobs.workers.exit_with_parent`),
+Worker processes of ``--workers`` watch their parent themselves
+(:func:`placement_env.child_processes.exit_with_parent`),
 but the processes a local Ray instance starts are Ray's: killed by SIGKILL, a driver cannot shut them down, and
 Ray's task workers end within about 4 s while its node agents (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``)
 live on for about 60 s (measured: ``benchmarks/reliability.py kill --ray``). The reaper is a small process of its

@@ -7,11 +7,11 @@ import importlib
 import os
 import signal
 import sys
-import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from placement_env.child_processes import exit_with_parent
 
 from .job import Describe, Failure, FanOut, Job, OnDone, Outcome
 from .progress import JobsProgress
@@ -40,25 +40,6 @@ def prepare_worker(cpus: float, preload: tuple[str, ...]) -> None:
         torch.set_num_threads(max(1, int(cpus)))
     for module in preload:
         importlib.import_module(module)
-
-
-PARENT_POLL_SECONDS = 0.5
-
-
-def exit_with_parent(parent: int, every: float = PARENT_POLL_SECONDS) -> threading.Thread:
-    """Start a daemon thread that ends this process at once (``os._exit``, nothing flushed or written) when its
-    parent ``parent`` is gone (its parent PID changes: the driver was killed, even by SIGKILL); checked every
-    ``every`` seconds. Returns the thread."""
-
-    def watch() -> None:
-        while True:
-            time.sleep(every)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
-    thread.start()
-    return thread
 
 
 def _worker_loop(connection: Any, cpus: float, preload: tuple[str, ...], parent: int) -> None:

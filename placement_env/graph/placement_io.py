@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from placement_env.cluster import MAX_DEVICES
 from placement_env.graph.model import ComputationGraph
 from placement_env.json_files import read_json_file, write_json_file
 
@@ -29,9 +30,9 @@ def placement_from_json(data, graph: ComputationGraph, source: str = "placement"
         raise ValueError(f"{source}: a placement is a JSON list or object, got {type(data).__name__}")
     out = np.empty(graph.num_nodes, dtype=np.int64)
     for i, v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{source}: device of node {graph.nodes[i].id!r} must be a non-negative integer, "
-                             f"got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < MAX_DEVICES:
+            raise ValueError(f"{source}: device of node {graph.nodes[i].id!r} must be an integer from 0 to "
+                             f"{MAX_DEVICES - 1}, got {v!r}")
         out[i] = v
     return out
 

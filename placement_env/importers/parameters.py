@@ -8,7 +8,7 @@ import torch
 from placement_env.graph.model import Node
 
 
-def canonical_names(gm: torch.fx.GraphModule) -> dict[str, str]:
+def canonical_names(gm: torch.nn.Module) -> dict[str, str]:
     """Every name of a parameter -> its first name (tied weights, as GPT-2's embedding and output layer, are one
     parameter under two names; ``named_parameters()`` lists it under the first)."""
     first: dict[int, str] = {}
@@ -16,6 +16,24 @@ def canonical_names(gm: torch.fx.GraphModule) -> dict[str, str]:
     for name, p in gm.named_parameters(remove_duplicate=False):
         names[name] = first.setdefault(id(p), name)
     return names
+
+
+def tie_parameter_reads(gm: torch.fx.GraphModule) -> None:
+    """Make every ``get_attr`` of a tied parameter read it under its first name (in place).
+
+    ``torch.export`` reads GPT-2's tied weight as ``transformer.wte.weight`` in the embedding and as
+    ``lm_head.weight`` in the output layer; after this both read ``transformer.wte.weight``, so that whatever runs
+    the program per op (the measured step's workers, the placed module) sees one tensor with one holder, as the
+    graph's ``parameter`` op does, and sums its gradients from every reader.
+    """
+    canonical = canonical_names(gm)
+    changed = False
+    for n in gm.graph.nodes:
+        if n.op == "get_attr" and canonical.get(str(n.target), str(n.target)) != str(n.target):
+            n.target = canonical[str(n.target)]
+            changed = True
+    if changed:
+        gm.recompile()
 
 
 def owned_parameters(gm: torch.fx.GraphModule, n: torch.fx.Node, canonical: dict[str, str]) -> list[str]:

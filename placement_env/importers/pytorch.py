@@ -55,7 +55,7 @@ from placement_env.graph.model import ComputationGraph, Edge, Node
 from placement_env.graph.training import to_training_graph
 
 from .module_names import ModuleNames, colocate_by_module
-from .parameters import canonical_names, owned_parameters, parameter_op, parameter_readers
+from .parameters import canonical_names, owned_parameters, parameter_op, parameter_readers, tie_parameter_reads
 from .recurrent import LayerwiseRNN, layerwise_recurrent
 from .roofline import ROOFLINE_DEVICES, RooflineDevice, precision_name, roofline_seconds
 
@@ -244,6 +244,7 @@ def trace_model(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor 
     with warnings.catch_warnings():  # torch.export on RNNs: "_flat_weights ... were assigned during export"
         warnings.filterwarnings("ignore", message=".*were assigned during export", category=UserWarning)
         gm, _, inputs = _trace(module, args, kwargs)
+    tie_parameter_reads(gm)
     return gm, inputs, module
 
 

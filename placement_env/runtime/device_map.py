@@ -16,8 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from placement_env.graph.model import ComputationGraph
-
-from .module_tree import PlacedModules
+from placement_env.plan.module_tree import PlacedModules
 
 
 def to_device_map(graph: ComputationGraph, placement: Sequence[int] | np.ndarray) -> dict[str, int]:

@@ -47,10 +47,10 @@ from torch.profiler import ProfilerActivity, profile
 from placement_env.cluster import Cluster, Device
 from placement_env.graph.model import ComputationGraph
 from placement_env.importers.pytorch import trace_model
+from placement_env.plan.module_tree import checked_device_placement
 from placement_env.sim.simulator import simulate
 
 from .local_workers import check_local_workers, run_on_local_workers
-from .module_tree import checked_device_placement
 from .placed_program import _check_matches, placed_module
 from .step_plan import plan_step
 from .step_worker import run_worker
@@ -66,8 +66,10 @@ class MeasuredStep:
     Attributes:
         seconds: the median step time, seconds.
         steps: every timed step, seconds.
-        busy: seconds each device spends in its ops (median over the timed steps).
-        peak_memory: bytes per device (parameters held plus the step's high-water mark of allocations).
+        busy: seconds each device spends in its ops (median over the timed steps), one entry per device index up
+            to the largest the placement uses (0 for one it leaves idle).
+        peak_memory: bytes per device (parameters held plus the step's high-water mark of allocations), indexed
+            as ``busy``.
         backend: ``"cuda"`` or ``"local-workers"``.
         gradients: each trainable parameter's gradient after the last step, by qualified name, as the device
             holding it has it (for checking that the placed step computes the model's gradients).
@@ -106,7 +108,8 @@ def measure_step(model: Any, example_inputs: Sequence[Any] | Any, graph: Computa
         graph: its *training* graph (``from_torch(..., training=True)``, the default).
         placement: a device index per op of ``graph``.
         devices: CUDA devices (``["cuda:0", "cuda:1"]``) to run on when present; ``None``, or devices this
-            machine lacks (with a ``RuntimeWarning``), runs local worker processes, one per device index.
+            machine lacks (with a ``RuntimeWarning``), runs local worker processes, one per device the placement
+            uses (a placement on devices 3 and 9 starts two).
         repeats: timed steps (>= 1) after one warm-up step; the median is reported.
         cluster: the cluster whose simulated schedule orders the local workers' ops (default
             :func:`nominal_cluster`; :func:`~placement_env.runtime.local_cluster.local_cluster` for the measured
@@ -139,26 +142,30 @@ def measure_step(model: Any, example_inputs: Sequence[Any] | Any, graph: Computa
         num_devices = len(devices)
     gm, _, _ = trace_model(model, example_inputs, example_kwargs)
     _check_matches(gm, graph)
-    cluster = cluster if cluster is not None else nominal_cluster(num_devices)
-    if cluster.num_devices < num_devices:
-        raise ValueError(f"placement uses {num_devices} devices, cluster {cluster.name!r} has "
-                         f"{cluster.num_devices}")
-    schedule = simulate(graph, p, cluster).schedule  # checks colocation too
+    used = sorted(set(p.tolist()))  # one worker per device the placement uses, not per index up to its largest
+    if cluster is None:  # the nominal devices are all alike: the used ones, renumbered, order the same step
+        schedule = simulate(graph, np.searchsorted(used, p), nominal_cluster(len(used))).schedule
+    else:
+        if cluster.num_devices < num_devices:
+            raise ValueError(f"op {graph.nodes[int(np.argmax(p))].id!r} is placed on device {int(p.max())}, "
+                             f"cluster {cluster.name!r} has {cluster.num_devices} devices")
+        schedule = simulate(graph, p, cluster).schedule  # checks colocation too
     if devices is not None and all(d.type == "cuda" for d in devices):
         present = torch.cuda.is_available() and all((d.index or 0) < torch.cuda.device_count() for d in devices)
         if present:
             return _measure_cuda(model, example_inputs, example_kwargs, graph, p, devices, repeats)
         warnings.warn(f"{', '.join(map(str, devices))} not present here: measuring on local worker processes",
                       RuntimeWarning, stacklevel=2)
-    check_local_workers(num_devices)
-    plan = plan_step(gm, graph, p, schedule.op_start)
+    check_local_workers(len(used))
+    plan = plan_step(gm, graph, np.searchsorted(used, p), schedule.op_start)  # worker k runs device used[k]
     payload = (model, example_inputs, dict(example_kwargs or {}), plan, repeats)
-    reports = run_on_local_workers(num_devices, run_worker, payload)
+    reports = run_on_local_workers(len(used), run_worker, payload)
     starts = np.array([r["starts"] for r in reports])
     ends = np.array([r["ends"] for r in reports])
     steps = tuple(float(x) for x in ends.max(axis=0) - starts.min(axis=0))
-    busy = np.array([statistics.median(r["busy"]) for r in reports])
-    peak = np.array([r["peak"] for r in reports], dtype=np.float64)
+    busy, peak = np.zeros(num_devices), np.zeros(num_devices)
+    busy[used] = [statistics.median(r["busy"]) for r in reports]
+    peak[used] = [r["peak"] for r in reports]
     gradients = {name: grad for r in reports for name, grad in r["gradients"].items()}
     return MeasuredStep(statistics.median(steps), steps, busy, peak, "local-workers", gradients)
 

@@ -29,9 +29,9 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from placement_env.graph.model import ComputationGraph
+from placement_env.importers.parameters import canonical_names
 from placement_env.importers.pytorch import trace_model
-
-from .module_tree import checked_device_placement
+from placement_env.plan.module_tree import checked_device_placement
 
 
 def move(value: Any, device: torch.device) -> Any:
@@ -70,17 +70,22 @@ def placed_module(model: nn.Module, example_inputs: Sequence[Any] | torch.Tensor
     _check_matches(gm, graph)
     index_of = {graph.nodes[i].id: d for i, d in enumerate(p.tolist())}  # fx node -> device index
     holder = _parameter_holders(gm, graph)
+    aliases: dict[str, list[str]] = {}  # a tied parameter's first name -> all its names
+    for name, first in canonical_names(gm).items():
+        aliases.setdefault(first, []).append(name)
     for target, op in holder.items():  # parameters and buffers to their holders' devices
-        owner, _, attr = target.rpartition(".")
-        module = gm.get_submodule(owner) if owner else gm
-        tensor = getattr(module, attr)
+        tensor = _attr(gm, target)
         moved = tensor.detach().to(devices[index_of[op]])
-        if isinstance(tensor, nn.Parameter):
-            setattr(module, attr, nn.Parameter(moved, requires_grad=tensor.requires_grad))
-        elif attr in module._buffers:
-            module.register_buffer(attr, moved)
-        else:
-            setattr(module, attr, moved)
+        for name in aliases.get(target, [target]):  # a tied parameter stays one parameter under all its names
+            owner, _, attr = name.rpartition(".")
+            module = gm.get_submodule(owner) if owner else gm
+            if isinstance(tensor, nn.Parameter):
+                moved = moved if isinstance(moved, nn.Parameter) else nn.Parameter(moved, tensor.requires_grad)
+                setattr(module, attr, moved)
+            elif attr in module._buffers:
+                module.register_buffer(attr, moved)
+            else:
+                setattr(module, attr, moved)
     for node in list(gm.graph.nodes):
         if node.op == "get_attr" and str(node.target) in holder:
             index_of[node.name] = index_of[holder[str(node.target)]]
@@ -113,6 +118,12 @@ def placed_module(model: nn.Module, example_inputs: Sequence[Any] | torch.Tensor
     gm.recompile()
     gm.transfers = transfers  # type: ignore[assignment]
     return gm
+
+
+def _attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    """The parameter, buffer or constant ``gm`` holds under the qualified name ``target``."""
+    owner, _, attr = target.rpartition(".")
+    return getattr(gm.get_submodule(owner) if owner else gm, attr)
 
 
 def _recorded(gm: torch.fx.GraphModule) -> list[str]:

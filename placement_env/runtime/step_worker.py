@@ -4,47 +4,16 @@
 from __future__ import annotations
 
 import time
-import weakref
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.weak import WeakIdKeyDictionary
 
 from placement_env.importers.pytorch import trace_model
 
-
-class _LiveBytes:
-    """Bytes of the storages allocated under it and not yet freed, and their high-water mark."""
-
-    def __init__(self) -> None:
-        tracker = self
-        self.live = self.peak = 0
-        seen = WeakIdKeyDictionary()
-
-        def free(nbytes: int) -> None:
-            tracker.live -= nbytes
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                import torch
-                import torch.utils._pytree as pytree
-
-                out = func(*args, **(kwargs or {}))
-                for t in pytree.tree_leaves(out):
-                    if isinstance(t, torch.Tensor):
-                        storage = t.untyped_storage()
-                        if storage not in seen:
-                            seen[storage] = True
-                            nbytes = storage.nbytes()
-                            tracker.live += nbytes
-                            tracker.peak = max(tracker.peak, tracker.live)
-                            weakref.finalize(storage, free, nbytes)
-                return out
-
-        self.mode = Mode()
+from .live_bytes import LiveBytes
+from .placed_program import _attr
 
 
 def _structure(gm: Any, inputs: list[Any], keys: set[str]) -> dict[str, tuple[Any, list[Any]]]:
@@ -67,8 +36,8 @@ def _structure(gm: Any, inputs: list[Any], keys: set[str]) -> dict[str, tuple[An
 
 def run_worker(rank: int, world: int, payload: Any) -> dict:
     """Worker ``rank``'s part of a measured step: one warm-up step, ``repeats`` timed ones and one under
-    :class:`_LiveBytes`; its start and end times (``time.perf_counter``, the same clock in every process), busy
-    seconds, peak bytes and the gradients of the parameters it holds."""
+    :class:`~placement_env.runtime.live_bytes.LiveBytes`; its start and end times (``time.perf_counter``, the
+    same clock in every process), busy seconds, peak bytes and the gradients of the parameters it holds."""
     model, example_inputs, example_kwargs, plan, repeats = payload
     gm, inputs, _ = trace_model(model, example_inputs, example_kwargs)
     nodes = {n.name: n for n in gm.graph.nodes}
@@ -196,18 +165,13 @@ def run_worker(rank: int, world: int, payload: Any) -> dict:
         starts.append(t0)
         ends.append(t1)
         busies.append(busy)
-    tracker = _LiveBytes()
+    tracker = LiveBytes()
     with tracker.mode:
         step()
     gradients = {target: _attr(gm, target).grad.numpy().copy() for target, d in plan.holders.items()
                  if d == rank and isinstance(_attr(gm, target), torch.nn.Parameter)
                  and _attr(gm, target).grad is not None}
     return {"starts": starts, "ends": ends, "busy": busies, "peak": held + tracker.peak, "gradients": gradients}
-
-
-def _attr(gm: Any, target: str) -> Any:
-    owner, _, attr = target.rpartition(".")
-    return getattr(gm.get_submodule(owner) if owner else gm, attr)
 
 
 def _run(gm: Any, nodes: dict[str, Any], params: dict[str, Any], placeholders: dict[str, Any], key: str,

@@ -51,17 +51,37 @@ PLAIN_STEP = Step()
 """The plain step of ``docs/spec/simulator.md`` section 3."""
 
 
+MAX_MICROBATCHES = 4096
+"""The most micro-batches a step may have (a graph that records no batch has no other bound)."""
+MAX_UNROLLED_OPS = 500_000
+"""The most ops an unrolled step may have (micro-batches x ops): about 1.2 KB of memory each while it is built,
+so at most about 0.6 GB and 20 s (``benchmarks/simulator.py``); the cache of one graph's unrolled steps holds at
+most this many ops in all."""
+
+
 def checked_microbatches(value: object, graph: ComputationGraph | None = None) -> int:
     """``value`` as the number of micro-batches, or a ``ValueError`` naming it: not an integer (a bool is not
-    one), below 1, or above ``graph.batch`` where the graph records the batch it was traced with."""
+    one), below 1, above :data:`MAX_MICROBATCHES`; for ``graph``: above ``graph.batch`` or not dividing it (where
+    the graph records the batch it was traced with: every micro-batch is the same size), or an unrolled step of
+    more than :data:`MAX_UNROLLED_OPS` ops."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"microbatches must be an integer >= 1, got {value!r}")
     m = int(value)
     if m < 1:
         raise ValueError(f"microbatches must be an integer >= 1, got {m}")
+    if m > MAX_MICROBATCHES:
+        raise ValueError(f"microbatches {m} is more than the {MAX_MICROBATCHES} a step may have")
     if graph is not None and graph.batch is not None and m > graph.batch:
         raise ValueError(f"microbatches {m} is larger than the batch of {graph.batch} that graph "
                          f"{graph.name!r} was traced with")
+    if graph is not None and graph.batch is not None and graph.batch % m:
+        raise ValueError(f"microbatches {m} does not divide the batch of {graph.batch} that graph {graph.name!r} "
+                         f"was traced with (the micro-batches would be uneven; divisors: "
+                         f"{', '.join(str(k) for k in range(1, graph.batch + 1) if graph.batch % k == 0)})")
+    if graph is not None and m > 1 and m * graph.num_nodes > MAX_UNROLLED_OPS:
+        raise ValueError(f"microbatches {m}: the step of graph {graph.name!r} ({graph.num_nodes} ops) would unroll "
+                         f"to {m * graph.num_nodes:,} ops, more than the {MAX_UNROLLED_OPS:,} the simulator takes "
+                         f"(at most {max(1, MAX_UNROLLED_OPS // graph.num_nodes)} micro-batches here)")
     return m
 
 
@@ -100,9 +120,18 @@ def op_kinds(graph: ComputationGraph) -> np.ndarray:
 
 
 def unrolled(graph: ComputationGraph, microbatches: int) -> Unrolled:
-    """The unrolled step of ``graph`` for ``microbatches`` >= 2 (section 3a), built once per graph object."""
-    cache = graph.derived.setdefault("unrolled", {})
+    """The unrolled step of ``graph`` for ``microbatches`` >= 2 (section 3a), built once per graph object and kept
+    while the graph's unrolled steps together hold at most :data:`MAX_UNROLLED_OPS` ops (the oldest go first).
+
+    Raises:
+        ValueError: a bad micro-batch count for ``graph`` (:func:`checked_microbatches`).
+    """
+    cache: dict[int, Unrolled] = graph.derived.setdefault("unrolled", {})
     if microbatches not in cache:
+        checked_microbatches(microbatches, graph)
+        while cache and sum(u.graph.num_nodes for u in cache.values()) + microbatches * graph.num_nodes \
+                > MAX_UNROLLED_OPS:
+            del cache[next(iter(cache))]
         cache[microbatches] = _unroll(graph, microbatches)
     return cache[microbatches]
 
@@ -176,5 +205,6 @@ def stage_caps(graph: ComputationGraph, placement: np.ndarray, num_devices: int)
     return caps
 
 
-__all__ = ["DEFAULT_SCHEDULE", "PLAIN_STEP", "SCHEDULES", "Step", "Unrolled", "checked_microbatches",
+__all__ = ["DEFAULT_SCHEDULE", "MAX_MICROBATCHES", "MAX_UNROLLED_OPS", "PLAIN_STEP", "SCHEDULES", "Step", "Unrolled",
+           "checked_microbatches",
            "checked_schedule", "schedule_keys", "stage_caps", "stepped_graph", "unrolled"]

@@ -1,5 +1,5 @@
 """The modules a placement puts where: what :func:`~placement_env.runtime.device_map.to_device_map` and
-:func:`~placement_env.runtime.split_points.to_split_points` read from a graph that knows its modules.
+:func:`~placement_env.plan.split_points.to_split_points` read from a graph that knows its modules.
 
 A graph imported by :func:`~placement_env.importers.pytorch.from_torch` records for each op the qualified name
 of its module (node field ``module``; ``""`` is the model itself, ``None`` an input). :class:`PlacedModules`
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from placement_env.checks import checked_instance
+from placement_env.cluster import MAX_DEVICES
 from placement_env.graph.model import ComputationGraph
 
 
@@ -25,8 +26,9 @@ def checked_device_placement(graph: ComputationGraph, placement: Sequence[int] |
     if len(values) != graph.num_nodes:
         raise ValueError(f"placement has {len(values)} entries, graph {graph.name!r} has {graph.num_nodes} ops")
     for i, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"placement entry {i} (op {graph.nodes[i].id!r}) is {value!r}, not a device index")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < MAX_DEVICES:
+            raise ValueError(f"placement entry {i} (op {graph.nodes[i].id!r}) is {value!r}, not a device index "
+                             f"(0 to {MAX_DEVICES - 1})")
     return np.asarray(values, dtype=np.int64)
 
 

@@ -1,0 +1,321 @@
+"""A plan that runs: :func:`run_pipeline`, training steps of a :class:`~placement_env.plan.PipelinePlan` with
+``torch.distributed.pipelining``.
+
+Each stage of the plan is one process, its pipeline rank the plan's (stage ``s`` takes the inputs when ``s == 0``
+and computes the loss when it is the last). Every process traces the model into the plan's stages
+(``pipeline(model, mb_args, split_spec=plan's split points)``) on the first micro-batch of the inputs, builds
+its own stage (``Pipe.build_stage``) and runs the plan's schedule (``Schedule1F1B`` for ``1f1b``,
+``ScheduleGPipe`` for ``gpipe``) over ``plan.microbatches`` micro-batches (the inputs and targets cut along
+their first dimension). A step is::
+
+    schedule.step(...)              # forward and backward of every micro-batch; each micro-batch's loss is
+                                    # loss_fn(output, target), the step's objective their mean
+    sum tied gradients              # a parameter held by several stages (GPT-2's tied embedding): all-reduce
+                                    # of its gradient over the stages holding a copy, so that the copies stay
+                                    # one parameter
+    optimizer.step(); zero_grad()   # optimizer(stage parameters) per stage; none: gradients only
+
+without ``loss_fn`` the loss of a micro-batch is the sum of its outputs (what
+:func:`~placement_env.runtime.measured_step.measure_step` differentiates). Where it runs:
+
+* on local worker processes (the default; gloo, one CPU thread each: :mod:`placement_env.runtime.local_workers`);
+* on one process per CUDA device (``devices="cuda"``; nccl; stage ``s`` on ``cuda:s``);
+* under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` set): this process is the plan's stage ``RANK``; the world must
+  have one process per stage. Every rank returns the whole result.
+
+What it reports (:class:`PipelineRun`): each step's seconds (the slowest stage's, from a barrier), their median
+and spread, each stage's peak memory (parameters and their gradients plus the high-water mark of the tensors
+the stage allocates during one more step, with no update, under
+:class:`~placement_env.runtime.live_bytes.LiveBytes`; on CUDA ``max_memory_allocated``), the losses, and the
+parameters after the steps, by qualified name, merged across stages.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.pipelining as pipelining
+import torch.utils._pytree as pytree
+
+from placement_env.importers.parameters import canonical_names
+from placement_env.plan.pipeline_plan import PipelinePlan
+
+from .live_bytes import LiveBytes
+from .local_workers import check_local_workers, run_on_local_workers
+
+SCHEDULE_CLASSES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe"}
+"""The ``torch.distributed.pipelining`` schedule that runs each of the plan's schedules."""
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """What :func:`run_pipeline` measured.
+
+    Attributes:
+        seconds: the median step, seconds.
+        steps: every step, seconds (the first includes one-time work: allocations, the schedule's set-up).
+        spread: ``(max - min) / median`` of the steps after the first (0 for fewer than three steps).
+        peak_memory: bytes per stage (rank order).
+        losses: each step's objective (the mean of its micro-batches' losses).
+        parameters: each trainable parameter after the steps, by qualified name (a tied one once, under its
+            first name).
+        backend: ``"local-workers"``, ``"cuda"`` or ``"torchrun"``.
+    """
+
+    seconds: float
+    steps: tuple[float, ...]
+    spread: float
+    peak_memory: np.ndarray
+    losses: tuple[float, ...]
+    parameters: dict[str, np.ndarray]
+    backend: str
+
+    def to_dict(self) -> dict:
+        return {"seconds": self.seconds, "steps": list(self.steps), "spread": self.spread,
+                "peak_memory": [int(x) for x in self.peak_memory], "losses": list(self.losses),
+                "backend": self.backend}
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every stage process runs (pickled to local workers)."""
+
+    model: bytes  # torch.save of the model: each process its own copy (a tensor pickled to a spawned process
+    #               shares its memory with the driver's, and the stages' updates would reach the caller's model)
+    args: tuple
+    kwargs: dict[str, Any]
+    targets: Any
+    split_spec: list[str]
+    microbatches: int
+    schedule: str
+    steps: int
+    loss_fn: Callable[[Any, Any], Any] | None
+    optimizer: Callable[[list], Any] | None
+    device: str  # "cpu" or "cuda" (stage s on cuda:s)
+
+
+def run_pipeline(model: Any, example_inputs: Sequence[Any] | Any, plan: PipelinePlan, *, steps: int = 1,
+                 loss_fn: Callable[[Any, Any], Any] | None = None, targets: Any = None,
+                 optimizer: Callable[[list], Any] | None = None,
+                 example_kwargs: Mapping[str, Any] | None = None, devices: str | None = None) -> PipelineRun:
+    """Run ``steps`` training steps of ``model`` as ``plan`` says (see the module docstring).
+
+    Args:
+        model: the ``nn.Module`` the plan's graph was imported from (or one of the same architecture); pickled to
+            local workers, so its class must be importable.
+        example_inputs, example_kwargs: one batch of positional and keyword inputs (tensors cut into
+            ``plan.microbatches`` micro-batches along their first dimension).
+        plan: a :class:`~placement_env.plan.PipelinePlan` of the model.
+        steps: training steps (>= 1).
+        loss_fn: ``loss_fn(output, target)`` per micro-batch (default: the sum of the output).
+        targets: the batch's targets, cut as the inputs (default: none).
+        optimizer: ``optimizer(parameters) -> torch.optim.Optimizer``, called per stage with its parameters
+            (default: no update; the steps compute gradients only).
+        devices: ``None`` for local worker processes, ``"cuda"`` for one process per CUDA device; under torchrun
+            this process runs its rank's stage whatever ``devices`` says.
+
+    Returns:
+        A :class:`PipelineRun`.
+
+    Raises:
+        ValueError: ``steps`` below 1; a schedule the runner does not know; a plan naming a module the model
+            lacks (a plan of another model); fewer CUDA devices than stages; a torchrun world of another size.
+        RuntimeError: a stage failed (its error quoted) or its process died (the stage is named).
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    if not isinstance(plan, PipelinePlan):
+        raise TypeError(f"plan must be a PipelinePlan, got {type(plan).__name__}")
+    if plan.schedule not in SCHEDULE_CLASSES:
+        raise ValueError(f"the plan's schedule {plan.schedule!r} is not one the runner knows: "
+                         f"{', '.join(SCHEDULE_CLASSES)}")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_plan_matches(model, plan)
+    args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    job = _Job(_saved(model), args, dict(example_kwargs or {}), targets, plan.split_spec, plan.microbatches,
+               plan.schedule, steps, loss_fn, optimizer, "cpu" if devices is None else str(devices))
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return _under_torchrun(job, plan)
+    if devices is not None and devices != "cuda":
+        raise ValueError(f"devices must be None (local workers) or 'cuda', got {devices!r}")
+    if devices == "cuda" and torch.cuda.device_count() < plan.num_stages:
+        raise ValueError(f"the plan has {plan.num_stages} stages, this machine {torch.cuda.device_count()} CUDA "
+                         "device(s)")
+    if devices is None:
+        check_local_workers(plan.num_stages)
+    reports = run_on_local_workers(plan.num_stages, run_stage, job, backend="nccl" if devices == "cuda" else "gloo")
+    return _merged(reports, "cuda" if devices == "cuda" else "local-workers")
+
+
+def check_plan_matches(model: Any, plan: PipelinePlan) -> None:
+    """Raise ``ValueError`` unless every module the plan names (its layers and split points) is a submodule of
+    ``model`` and every tied parameter one of its parameters: a plan of another model, named by its first
+    missing module."""
+    modules = dict(model.named_modules())
+    for stage in plan.stages:
+        for name in [*stage.layers, *([stage.begins_at] if stage.begins_at else [])]:
+            if name not in modules:
+                raise ValueError(f"the plan (graph {plan.graph!r}) names module {name!r} of stage {stage.rank}, "
+                                 f"which model {type(model).__name__} lacks: a plan of another model")
+    parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    for group in plan.tied:
+        if group.parameter not in parameters:
+            raise ValueError(f"the plan (graph {plan.graph!r}) ties parameter {group.parameter!r}, which model "
+                             f"{type(model).__name__} lacks: a plan of another model")
+
+
+def run_stage(rank: int, world: int, job: _Job) -> dict:
+    """Stage ``rank``'s part of :func:`run_pipeline` in a process of an initialised process group of ``world``
+    processes: its step times, peak bytes, losses (last stage) and parameters by first name."""
+    warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")  # pipelining's pickled specs
+    device = torch.device(f"cuda:{rank}" if job.device == "cuda" else "cpu")
+    model = torch.load(io.BytesIO(job.model), weights_only=False)
+    m = job.microbatches
+    first_args = tuple(_first_microbatch(a, m) for a in job.args)
+    first_kwargs = {k: _first_microbatch(v, m) for k, v in job.kwargs.items()}
+    pipe = pipelining.pipeline(model, first_args, first_kwargs,
+                               split_spec={name: pipelining.SplitPoint.BEGINNING for name in job.split_spec})
+    if pipe.num_stages != world:
+        raise ValueError(f"the model splits into {pipe.num_stages} stages at the plan's split points, the plan has "
+                         f"{world}")
+    stage = pipe.build_stage(rank, device)
+    module = stage.submod
+    first_name = canonical_names(model)
+    # a parameter -> the ranks of the stages holding a copy, from every stage's module (each process traced all)
+    holders: dict[str, list[int]] = {}
+    for r in range(world):
+        for name in dict.fromkeys(first_name.get(n, n) for n, _ in pipe.get_stage_module(r).named_parameters()):
+            holders.setdefault(name, []).append(r)
+    tied = {name: ranks for name, ranks in holders.items() if len(ranks) > 1}
+    groups = {name: dist.new_group(ranks) for name, ranks in sorted(tied.items())}  # every process, same order
+    local: dict[str, list[Any]] = {}
+    for n, p in module.named_parameters():
+        local.setdefault(first_name.get(n, n), []).append(p)
+    loss_fn = job.loss_fn or _sum_of_outputs
+    schedule = getattr(pipelining, SCHEDULE_CLASSES[job.schedule])(stage, m, loss_fn=loss_fn)
+    trainable = [p for p in module.parameters() if p.requires_grad]
+    optimizer = job.optimizer(trainable) if job.optimizer is not None and trainable else None
+    last = rank == world - 1
+    batch = next((t.shape[0] for t in pytree.tree_leaves((job.args, job.kwargs)) if isinstance(t, torch.Tensor)
+                  and t.dim() > 0), m)
+    placeholder_target = torch.zeros(batch)  # the schedules cut a target even when the loss takes none
+
+    def step(update: bool) -> tuple[float, list[float]]:
+        losses: list[Any] = []
+        dist.barrier()
+        t0 = time.perf_counter()
+        inputs = [a.to(device) if isinstance(a, torch.Tensor) else a for a in job.args] if rank == 0 else []
+        kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in job.kwargs.items()} \
+            if rank == 0 else {}
+        target = job.targets.to(device) if isinstance(job.targets, torch.Tensor) else placeholder_target
+        if last:
+            schedule.step(*inputs, target=target, losses=losses, **kwargs)
+        else:
+            schedule.step(*inputs, **kwargs)
+        for name in sorted(tied):  # every process in the same order
+            copies = local.get(name)
+            if copies is None:
+                continue
+            total = sum((p.grad if p.grad is not None else torch.zeros_like(p) for p in copies[1:]),
+                        copies[0].grad if copies[0].grad is not None else torch.zeros_like(copies[0]))
+            dist.all_reduce(total, group=groups[name])
+            for p in copies:
+                p.grad = total.clone()
+        for name, copies in local.items():  # two names of one parameter within a stage: one gradient
+            if name not in tied and len(copies) > 1:
+                total = sum(p.grad for p in copies if p.grad is not None)
+                for p in copies:
+                    p.grad = total.clone() if isinstance(total, torch.Tensor) else None
+        if update and optimizer is not None:
+            optimizer.step()
+        if job.device == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - t0
+        for p in module.parameters():
+            p.grad = None
+        return seconds, [float(x.detach().float().mean()) for x in losses]
+
+    times, step_losses = [], []
+    for _ in range(job.steps):
+        seconds, losses = step(update=True)
+        times.append(seconds)
+        step_losses.append(statistics.fmean(losses) if losses else float("nan"))
+    held = sum(p.numel() * p.element_size() for p in module.parameters())
+    if job.device == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        step(update=False)
+        peak = float(torch.cuda.max_memory_allocated(device))
+    else:
+        tracker = LiveBytes()
+        with tracker.mode:
+            step(update=False)
+        peak = float(held + tracker.peak)
+    parameters = {name: copies[0].detach().float().cpu().numpy().copy() for name, copies in local.items()
+                  if copies[0].requires_grad}
+    return {"steps": times, "peak": peak, "losses": step_losses if last else [], "parameters": parameters}
+
+
+def sgd(parameters: list, lr: float) -> torch.optim.Optimizer:
+    """``torch.optim.SGD(parameters, lr=lr)``: ``functools.partial(sgd, lr=...)`` is an ``optimizer`` for
+    :func:`run_pipeline` that pickles to its workers (a lambda does not)."""
+    return torch.optim.SGD(parameters, lr=lr)
+
+
+def _saved(model: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    return buffer.getvalue()
+
+
+def _first_microbatch(value: Any, microbatches: int) -> Any:
+    return value.tensor_split(microbatches)[0] if isinstance(value, torch.Tensor) else value
+
+
+def _sum_of_outputs(output: Any, target: Any) -> Any:
+    """The default loss of a micro-batch: the sum of its output tensors (``target`` unused)."""
+    return sum(t.float().sum() for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor))
+
+
+def _merged(reports: list[dict], backend: str) -> PipelineRun:
+    steps = np.max(np.array([r["steps"] for r in reports]), axis=0)
+    later = steps[1:] if steps.size >= 3 else steps[:0]
+    median = float(np.median(steps))
+    spread = float((later.max() - later.min()) / np.median(later)) if later.size else 0.0
+    parameters: dict[str, np.ndarray] = {}
+    for r in reports:
+        for name, value in r["parameters"].items():
+            parameters.setdefault(name, value)
+    return PipelineRun(median, tuple(float(x) for x in steps), spread, np.array([r["peak"] for r in reports]),
+                       tuple(reports[-1]["losses"]), parameters, backend)
+
+
+def _under_torchrun(job: _Job, plan: PipelinePlan) -> PipelineRun:
+    """This process as stage ``RANK`` of a torchrun world; every rank gets the merged result."""
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    if world != plan.num_stages:
+        raise ValueError(f"torchrun started {world} processes, the plan has {plan.num_stages} stages")
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("nccl" if job.device == "cuda" else "gloo")
+    try:
+        report = run_stage(rank, world, job)
+        reports: list[Any] = [None] * world
+        dist.all_gather_object(reports, report)
+    finally:
+        if started:
+            dist.destroy_process_group()
+    return _merged(reports, "torchrun")
+
+
+__all__ = ["SCHEDULE_CLASSES", "PipelineRun", "check_plan_matches", "run_pipeline", "run_stage", "sgd"]

@@ -1,0 +1,199 @@
+"""The pipeline plan and its runner: a tiny GPT-2 with tied embeddings, placed, planned and run with
+``torch.distributed.pipelining`` on local workers, ends an SGD step with the unpipelined model's parameters."""
+
+import copy
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from baselines.placers import CONTIGUOUS_PLACERS
+from placement_env import Cluster, from_torch, write_graph
+from placement_env.graph.placement_io import write_placement
+from placement_env.plan.pipeline_plan import PipelinePlan, pipeline_plan
+from placement_env.runtime.pipeline_runner import run_pipeline
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB, BATCH, SEQUENCE, MICROBATCHES = 64, 8, 8, 4
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_gpt2():
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=4, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=16,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+                                     eos_token_id=0, use_cache=False)
+    return transformers.GPT2LMHeadModel(config).train()
+
+
+def lm_loss(logits, target):
+    """Next-token cross-entropy of one micro-batch (module level: the workers import it)."""
+    return F.cross_entropy(logits.reshape(-1, VOCAB), target.reshape(-1))
+
+
+def tiny_gpt2_batch():
+    """``python -m placement_env run --model tests.test_pipeline_runner:tiny_gpt2_batch``: the model and a batch."""
+    model = tiny_gpt2()
+    torch.manual_seed(1)
+    return model, (), {"input_ids": torch.randint(0, VOCAB, (BATCH, SEQUENCE))}
+
+
+@pytest.fixture(scope="module")
+def gpt2_and_graph():
+    model = tiny_gpt2()
+    torch.manual_seed(1)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQUENCE))
+    graph = from_torch(model, (), example_kwargs={"input_ids": ids}, colocate_modules=3)
+    return model, ids, graph
+
+
+def reference_step(model, ids, targets, lr):
+    """One SGD step of the unpipelined model on the mean of the micro-batches' losses."""
+    reference = copy.deepcopy(model)
+    losses = [lm_loss(reference(input_ids=x).logits, t) for x, t in zip(ids.chunk(MICROBATCHES),
+                                                                         targets.chunk(MICROBATCHES))]
+    torch.stack(losses).mean().backward()
+    with torch.no_grad():
+        for p in reference.parameters():
+            p -= lr * p.grad
+    return reference, [float(x) for x in losses]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [2, 4])
+def test_a_tied_gpt2_pipeline_ends_an_sgd_step_with_the_model_s_parameters(gpt2_and_graph, devices):
+    model, ids, graph = gpt2_and_graph
+    cluster = Cluster.preset("a100-nvlink", devices, per_node=2)
+    plan = pipeline_plan(graph, blocks(graph, devices), cluster, microbatches=MICROBATCHES)
+    assert plan.num_stages == devices and not plan.stages_without_parameters
+    assert [g.parameter for g in plan.tied] == ["transformer.wte.weight"]
+    assert plan.tied[0].stages == [0, devices - 1]
+    targets = torch.roll(ids, -1, dims=1)
+    run = run_pipeline(model, (), plan, example_kwargs={"input_ids": ids}, targets=targets, loss_fn=lm_loss,
+                       optimizer=functools.partial(torch.optim.SGD, lr=0.1), steps=1)
+    reference, losses = reference_step(model, ids, targets, 0.1)
+    assert run.losses[0] == pytest.approx(float(np.mean(losses)), rel=1e-5)
+    expected = dict(reference.named_parameters())
+    assert set(run.parameters) == set(expected)
+    for name, value in run.parameters.items():
+        np.testing.assert_allclose(value, expected[name].detach().numpy(), atol=1e-5, err_msg=name)
+    assert run.peak_memory.shape == (devices,) and (run.peak_memory > 0).all()
+    assert len(run.steps) == 1 and run.seconds > 0
+
+
+def test_a_plan_round_trips_through_json_and_states_what_it_leaves_out(gpt2_and_graph, tmp_path):
+    _, _, graph = gpt2_and_graph
+    cluster = Cluster.preset("a100-nvlink", 8)
+    placement = CONTIGUOUS_PLACERS["split"](graph, cluster, 0)
+    plan = pipeline_plan(graph, placement, cluster, microbatches=MICROBATCHES, schedule="gpipe")
+    plan.to_json(tmp_path / "plan.json")
+    assert PipelinePlan.from_json(tmp_path / "plan.json") == plan
+    assert plan.microbatches == MICROBATCHES and plan.schedule == "gpipe" and plan.batch == BATCH
+    assert plan.simulated_step_seconds > 0 and all(s.simulated_peak_memory > 0 for s in plan.stages)
+    assert [s.rank for s in plan.stages] == list(range(plan.num_stages))
+    assert plan.parts[-1] == len(plan.layers)
+    if plan.num_stages < 8:  # unused devices are stated, never silently dropped
+        assert plan.unused_devices and any(note.endswith(" none") and "hold" in note for note in plan.notes)
+
+
+def blocks(graph, devices):
+    """The 4 blocks on ``devices`` stages in equal shares; the embeddings with the first, the head with the last."""
+    layer = -1
+
+    def device(name):
+        nonlocal layer
+        if name.startswith("module:transformer.h."):
+            layer = int(name.split(".")[2])
+        return max(layer, 0) * devices // 4
+
+    return by_units(graph, device)
+
+
+def by_units(graph, device_of_unit):
+    """A placement giving each unit ``device_of_unit(its name)``."""
+    return graph.expand_unit_placement(np.array([device_of_unit(name) for name in graph.unit_names()]))
+
+
+def test_a_stage_without_parameters_is_stated_in_the_plan_and_no_placer_makes_one(gpt2_and_graph):
+    _, _, graph = gpt2_and_graph
+    cluster = Cluster.preset("a100-nvlink", 3)
+    after_drop = False
+
+    def device(name):  # stage 1 is the dropout alone
+        nonlocal after_drop
+        if name == "module:transformer.drop":
+            after_drop = True
+            return 1
+        return 2 if after_drop else 0
+
+    plan = pipeline_plan(graph, by_units(graph, device), cluster)
+    assert plan.stages_without_parameters == [1]
+    assert any(note.startswith("stage 1 (device 1) holds no parameters") for note in plan.notes)
+    for name in ("split", "m-topo", "heft", "round-robin", "metis"):
+        placement = CONTIGUOUS_PLACERS[name](graph, Cluster.preset("a100-nvlink", 16), 0)
+        assert not pipeline_plan(graph, placement, Cluster.preset("a100-nvlink", 16)).stages_without_parameters
+
+
+def test_bad_plans_and_runs_are_one_error_each(gpt2_and_graph, tmp_path):
+    model, ids, graph = gpt2_and_graph
+    cluster = Cluster.preset("a100-nvlink", 2)
+    placement = blocks(graph, 2)
+    with pytest.raises(ValueError, match="is placed on device 1, cluster '1xa100-nvlink' has 1 devices"):
+        pipeline_plan(graph, placement, Cluster.preset("a100-nvlink", 1))
+    with pytest.raises(ValueError, match="microbatches 3 does not divide the batch of 8"):
+        pipeline_plan(graph, placement, cluster, microbatches=3)
+    plan = pipeline_plan(graph, placement, cluster, microbatches=2)
+    with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
+        run_pipeline(model, (), plan, example_kwargs={"input_ids": ids}, steps=0)
+    other = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="which model Sequential lacks: a plan of another model"):
+        run_pipeline(other, (torch.randn(8, 4),), plan)
+    data = plan.to_dict()
+    for change, message in [(lambda d: d.update(schedule="zb-v"), "unknown schedule 'zb-v'"),
+                            (lambda d: d["stages"][1].update(device=5), "stage 1 is on device 5, the plan's "
+                                                                         "cluster has 2 devices"),
+                            (lambda d: d.update(microbatches=0), "microbatches must be an integer >= 1"),
+                            (lambda d: d.pop("stages"), "missing field 'stages'")]:
+        broken = copy.deepcopy(data)
+        change(broken)
+        with pytest.raises(ValueError, match=message):
+            PipelinePlan.from_dict(broken)
+
+
+@pytest.mark.slow
+def test_the_export_and_run_commands_launch_a_plan_and_refuse_bad_input_in_one_line(gpt2_and_graph, tmp_path):
+    _, _, graph = gpt2_and_graph
+    write_graph(graph, tmp_path / "gpt2.json.gz")
+    write_placement(blocks(graph, 2), tmp_path / "p.json")
+    write_placement(np.minimum(blocks(graph, 4), 3) + 4, tmp_path / "far.json")
+    export = [sys.executable, "-m", "placement_env", "export", "--graph", str(tmp_path / "gpt2.json.gz"),
+              "--devices", "4", "--format", "pipeline-plan", "--microbatches", "4"]
+    done = subprocess.run([*export, "--placement", str(tmp_path / "p.json"), "--out", str(tmp_path / "plan.json")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    plan = PipelinePlan.from_json(tmp_path / "plan.json")
+    assert plan.num_stages == 2 and plan.unused_devices == [2, 3]
+    done = subprocess.run([*export, "--placement", str(tmp_path / "far.json"), "--out", str(tmp_path / "x.json")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and done.stderr.startswith("error: node ") and "devices 0..3" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
+    run = [sys.executable, "-m", "placement_env", "run", "--plan", str(tmp_path / "plan.json")]
+    done = subprocess.run([*run, "--model", "tests.test_pipeline_runner:tiny_gpt2_batch", "--steps", "2", "--sgd",
+                           "0.1", "--out", str(tmp_path / "run.json")], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    measured = json.loads((tmp_path / "run.json").read_text())
+    assert len(measured["steps"]) == 2 and len(measured["peak_memory"]) == 2 and len(measured["losses"]) == 2
+    for bad, message in [(["--model", "no_such_module:f"], "cannot import 'no_such_module'"),
+                         (["--model", "tests.test_pipeline_runner:nothing"], "has no function 'nothing'"),
+                         (["--model", "tests.test_pipeline_runner:tiny_gpt2_batch", "--steps", "0"],
+                          "--steps must be an integer >= 1, got 0")]:
+        done = subprocess.run([*run, *bad], capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
