@@ -79,8 +79,13 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--policy: no such file: {args.policy!r}")
         from agents.learned import placer, report  # torch: loaded once the input is checked
 
+        budget = placer.DEFAULT_BUDGET_SECONDS if args.budget_seconds is None else args.budget_seconds
+
+        def searching() -> None:
+            print(f"searching for {budget:g} s (Ctrl-C stops it and keeps the best placement so far)", flush=True)
+
         result = placer.place(graph, cluster, args.policy, args.budget_seconds, args.zero_shot, args.seed,
-                              args.samples, step=step, passes=args.passes)
+                              args.samples, step=step, passes=args.passes, on_search=searching)
         with ignore_interrupts():  # the best placement found is reported and written whole
             print(report.placement_report(graph, cluster, result, args.seed, step))
             if args.out:

@@ -32,3 +32,23 @@ def running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+class TickingClock:
+    """A ``time.perf_counter`` / ``time.monotonic`` that moves ``tick`` seconds at every call: a search's budget
+    in seconds becomes a number of clock reads, the same on a fast machine and on a busy one, so a seeded search
+    under a budget is deterministic. ``install(monkeypatch)`` puts it in place of both."""
+
+    def __init__(self, tick: float = 1e-4) -> None:
+        self.now, self.tick = 1000.0, tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+    def install(self, monkeypatch) -> TickingClock:
+        import time
+
+        monkeypatch.setattr(time, "perf_counter", self)
+        monkeypatch.setattr(time, "monotonic", self)
+        return self

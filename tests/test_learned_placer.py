@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from helpers import TickingClock
 
 import agents
 from agents.algorithms.problem import PlacementProblem, aligned_labels, canonical_labels, homogeneous
@@ -327,6 +328,7 @@ def test_ctrl_c_during_the_search_rounds_keeps_the_finished_rounds(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(rounds_module, "anneal_units", interrupted_in_round_two)
+    TickingClock(1e-3).install(monkeypatch)  # 8 s: 8,000 clock reads, on any machine
     result = place(g, cluster, new_network(), budget_seconds=8)
     assert result.interrupted and result.rounds == 1
     assert simulate(g, result.placement, cluster).makespan == pytest.approx(result.makespan, rel=1e-9)
@@ -335,7 +337,6 @@ def test_ctrl_c_during_the_search_rounds_keeps_the_finished_rounds(monkeypatch):
 @pytest.mark.parametrize("signum, status", [(2, 130), (15, 143)])
 def test_the_place_command_writes_its_best_placement_when_stopped(tmp_path, signum, status):
     import signal
-    import time
 
     from placement_env.graph.placement_io import read_placement
 
@@ -343,7 +344,8 @@ def test_the_place_command_writes_its_best_placement_when_stopped(tmp_path, sign
     process = subprocess.Popen([sys.executable, "-m", "agents.place", "--graph", "cifar10/0", "--devices", "3",
                                 "--budget-seconds", "120", "--out", str(out)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    time.sleep(12)  # torch and the policy loaded, the search under way
+    first = process.stdout.readline()  # an event, not a fixed wait: the command says when its search began
+    assert first.startswith("searching for 120 s"), first + process.stderr.read()
     process.send_signal(signal.Signals(signum))
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == status, stderr

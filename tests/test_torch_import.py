@@ -129,6 +129,28 @@ def test_training_graph_simulates_and_profiling_measures():
     assert all(n.cost > 0 for n in measured.nodes if n.op != "input")
 
 
+def test_profiling_runs_on_the_thread_count_of_the_devices_it_costs_for(monkeypatch):
+    import placement_env.importers.pytorch as importer
+
+    threads, seen = [2], []
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads[0])
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: threads.__setitem__(0, n))
+    run = importer._Recorder.run
+
+    def recorded(self, *args):
+        seen.append(threads[0])
+        return run(self, *args)
+
+    monkeypatch.setattr(importer._Recorder, "run", recorded)
+    model = nn.Linear(4, 4)
+    from_torch(model, torch.randn(2, 4), profile=True, repeats=1, training=False)
+    assert seen == [1] and threads[0] == 2  # the local workers' one thread whatever the process had; restored
+    from_torch(model, torch.randn(2, 4), profile=True, repeats=1, training=False, profile_threads=2)
+    assert seen == [1, 2]
+    with pytest.raises(ValueError, match="profile_threads must be an integer >= 1, got 0"):
+        from_torch(model, torch.randn(2, 4), profile=True, profile_threads=0)
+
+
 def test_untraceable_module_names_the_module_and_the_reasons():
     line = inspect.getsourcelines(DataDependent.forward)[1] + 1  # the `if`
     with pytest.raises(ValueError, match=f"cannot trace module DataDependent at .*test_torch_import.py:{line} "

@@ -28,6 +28,7 @@ import functools
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,7 +205,8 @@ def is_placer_policy(policy: Any) -> bool:
 
 def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_seconds: float | None = None,
           zero_shot: bool = False, seed: int = 0, samples: int = DEFAULT_SAMPLES, use_classical_starts: bool = True,
-          learn: bool = True, allow_oom: bool = False, step: Step = PLAIN_STEP, passes: int = 1) -> LearnedPlacement:
+          learn: bool = True, allow_oom: bool = False, step: Step = PLAIN_STEP, passes: int = 1,
+          on_search: Callable[[], None] | None = None) -> LearnedPlacement:
     """Place ``graph`` on ``cluster`` with ``policy`` (module docstring): zero-shot, or fine-tuned for
     ``budget_seconds`` seconds in all.
 
@@ -224,6 +226,8 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
         step: the step placements are judged by (``Step(8, "1f1b")``: 8 micro-batches pipelined; the policy was
             pretrained on the plain step, the search judges by this one).
         passes: zero-shot forward passes (module docstring; 1: the start placement's alone).
+        on_search: called once the fine-tuning's search begins: from then on Ctrl-C keeps the best placement found
+            (a command says so; a test sends its signal then).
 
     Returns:
         a :class:`LearnedPlacement`, a device per node of ``graph`` (coarsening only groups ops). Ctrl-C (or
@@ -246,7 +250,7 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
         found = LearnedPlacement(placement, result.makespan, over, time.perf_counter() - began, "rollout", 0)
     else:
         found = _learned_placement(graph, cluster, policy, budget_seconds, zero_shot, seed, samples,
-                                   use_classical_starts, learn, began, step, passes)
+                                   use_classical_starts, learn, began, step, passes, on_search)
     if found.overflow > 0 and not allow_oom:
         if found.interrupted:
             raise Terminated() if found.terminated else KeyboardInterrupt()
@@ -259,7 +263,8 @@ def place(graph: ComputationGraph, cluster: Cluster, policy: Any = None, budget_
 
 def _learned_placement(graph: ComputationGraph, cluster: Cluster, policy: Any, budget_seconds: float | None,
                        zero_shot: bool, seed: int, samples: int, use_classical_starts: bool, learn: bool,
-                       began: float, step: Step, passes: int) -> LearnedPlacement:
+                       began: float, step: Step, passes: int,
+                       on_search: Callable[[], None] | None = None) -> LearnedPlacement:
     """:func:`place` with a placer policy."""
     budget = checked_budget(DEFAULT_BUDGET_SECONDS if budget_seconds is None else budget_seconds)
     checked_count("samples", samples, 1)
@@ -287,6 +292,8 @@ def _learned_placement(graph: ComputationGraph, cluster: Cluster, policy: Any, b
         archive.add(rows[best][None, :], makespan[best:best + 1], overflow[best:best + 1])
         rounds, stop = 0, None
         try:
+            if on_search is not None:
+                on_search()
             _explore(problem, archive, rows[best], began + budget, seed, use_classical_starts)
             optimizer = torch.optim.Adam(network.parameters(), lr=1e-3) if learn else None
             result = search_rounds(network, problem, budget - (time.perf_counter() - began), config, seed,

@@ -276,7 +276,8 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
                device_kind: str = "p100", profile: bool = False, repeats: int = 5,
                training: bool = True, shared_parameters: bool = True,
                split_recurrent: bool = True, example_kwargs: Mapping[str, Any] | None = None,
-               colocate_modules: bool | int = False, dtype: torch.dtype = torch.float32) -> ComputationGraph:
+               colocate_modules: bool | int = False, dtype: torch.dtype = torch.float32,
+               profile_threads: int = 1) -> ComputationGraph:
     """The computation graph of ``module`` on ``example_inputs`` (see the module docstring).
 
     Args:
@@ -292,6 +293,10 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
             backward (the op alone, its inputs leaves; where autograd cannot run an op
             alone, the 2x / 1x rule of :mod:`placement_env.graph.training`).
         repeats: timed runs per op with ``profile`` (the median is kept).
+        profile_threads: torch's thread count while profiling (restored after): that of the devices the costs are
+            for. The default, 1, is what a local worker of ``measure_step`` and ``run_pipeline`` runs with; the
+            process's own count (two or more, shared with whatever else the machine runs) gave costs 50-100x
+            too high on a busy machine.
         training: return the training graph (forward + backward ops), else the forward graph.
         shared_parameters: a parameter read by more than one op (a weight shared across the time steps of an
             unrolled RNN, a submodule called twice) becomes a zero-cost ``parameter`` op holding its bytes, with
@@ -313,14 +318,16 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
             products are costed at the kind's tensor-core peak of it (:mod:`.roofline`).
 
     Raises:
-        ValueError: an unknown device kind, a dtype the kind has no peak for, bad ``repeats`` or
-            ``colocate_modules``, inputs that are not a tensor, a sequence or (as keywords) a mapping, or a
-            module that cannot be traced or run on them.
+        ValueError: an unknown device kind, a dtype the kind has no peak for, bad ``repeats``,
+            ``profile_threads`` or ``colocate_modules``, inputs that are not a tensor, a sequence or (as keywords)
+            a mapping, or a module that cannot be traced or run on them.
     """
     if device_kind not in ROOFLINE_DEVICES:
         raise ValueError(f"unknown device kind {device_kind!r}; known: {', '.join(ROOFLINE_DEVICES)}")
     if profile and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if isinstance(profile_threads, bool) or not isinstance(profile_threads, int) or profile_threads < 1:
+        raise ValueError(f"profile_threads must be an integer >= 1, got {profile_threads!r}")
     if not (isinstance(colocate_modules, bool)
             or (isinstance(colocate_modules, int) and colocate_modules >= 1)):
         raise ValueError(f"colocate_modules must be True, False or a depth >= 1, got {colocate_modules!r}")
@@ -330,6 +337,9 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         module, example_inputs, example_kwargs = _cast(module, example_inputs, example_kwargs, dtype)
     gm, inputs, module = trace_model(module, example_inputs, example_kwargs, split_recurrent)
     recorder = _Recorder(gm, profile, repeats, backward=profile and training)
+    threads = torch.get_num_threads()
+    if profile:
+        torch.set_num_threads(profile_threads)
     try:
         # a profiled training graph times forward ops recording autograd, as a training step runs them
         with torch.set_grad_enabled(profile and training), _quiet_torch_logs():  # quiet: fake-tensor tracebacks
@@ -343,6 +353,8 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
     except Exception as error:  # noqa: BLE001 - whatever the module raised on these inputs
         raise ValueError(f"module {type(module).__name__} does not run on example inputs "
                          f"({_describe_inputs(tuple(inputs))}): {type(error).__name__}: {first_line(error)}") from None
+    finally:
+        torch.set_num_threads(threads)
     roof = ROOFLINE_DEVICES[device_kind]
     reference_speed = DEVICE_KINDS[device_kind].speed
 
