@@ -169,3 +169,19 @@ def test_training_takes_nodes():
                           text=True)
     assert done.returncode == 2
     assert done.stderr.strip() == "error: per_node=8 does not divide the 12 devices into whole nodes"
+
+
+def test_more_devices_than_a_cluster_may_have_is_one_error_and_a_device_index_is_bounded(tmp_path):
+    with pytest.raises(ValueError, match="the number of devices must be at most 4096, got 100000"):
+        Cluster.preset("p100", 100_000)
+    with pytest.raises(ValueError, match="a cluster of 5000 devices is more than the 4096"):
+        Cluster.heterogeneous(["p100"] * 5000)
+    big = Cluster.preset("a100-nvlink", 4096, per_node=8)  # numpy-built links: seconds, not minutes
+    assert big.bandwidth.shape == (4096, 4096) and big.bandwidth[0, 8] < big.bandwidth[0, 1]
+    from placement_env.graph.placement_io import read_placement
+
+    g = load_graph("default")
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps([2**63] + [0] * (g.num_nodes - 1)))
+    with pytest.raises(ValueError, match=r"must be an integer from 0 to 4095, got 9223372036854775808"):
+        read_placement(path, g)

@@ -17,7 +17,13 @@ from baselines.contiguous import fit_contiguous
 from baselines.local_search import refine
 from baselines.memory import PlacementInfeasibleError
 from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS
-from baselines.stages import is_contiguous, nearest_contiguous, program_order, stage_neighbours
+from baselines.stages import (
+    is_contiguous,
+    merge_weightless_runs,
+    nearest_contiguous,
+    program_order,
+    stage_neighbours,
+)
 from placement_env import Cluster, ComputationGraph, Device, Edge, Node, from_torch, simulate, write_graph
 from placement_env.plan.split_points import to_split_points
 from placement_env.sim.pipeline import Step
@@ -86,6 +92,31 @@ def test_every_stage_neighbour_of_a_contiguous_placement_is_contiguous(n, m, see
     assert all(is_contiguous(g, row) for row in rows)
     if m > 1 and n > 1:
         assert any(not np.array_equal(row, start) for row in rows)
+
+
+def test_stages_without_parameters_join_their_neighbours_by_hand():
+    weight = np.array([0, 5, 0, 0, 3, 0], dtype=float)  # units 0, 2, 3 and 5 hold no parameter
+    assert merge_weightless_runs(np.array([7, 1, 2, 4, 4, 6]), weight).tolist() == [1, 1, 4, 4, 4, 4]
+    assert merge_weightless_runs(np.array([0, 0, 1, 1, 1, 1]), weight).tolist() == [0, 0, 1, 1, 1, 1]  # all hold
+    assert merge_weightless_runs(np.array([0, 1, 2]), np.zeros(3)).tolist() == [0, 1, 2]  # no parameters at all
+    g = line(6)
+    g = ComputationGraph([Node(n.id, n.op, n.cost, n.output_bytes, int(w)) for n, w in zip(g.nodes, weight)],
+                         g.edges(), name="weights")
+    assert nearest_contiguous(g, [7, 1, 2, 4, 4, 6]).tolist() == [1, 1, 4, 4, 4, 4]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 30), st.integers(2, 6), st.integers(0, 2**31))
+def test_no_stage_neighbour_holds_a_stage_without_parameters(n, m, seed):
+    rng = np.random.default_rng(seed)
+    weight = rng.integers(0, 2, n) * rng.integers(1, 10, n).astype(float)
+    weight[rng.integers(n)] = 1.0  # some unit holds parameters
+    start = merge_weightless_runs(np.sort(rng.integers(0, m, n)), weight)
+    rows = stage_neighbours(start, np.arange(n), m, 32, rng, weight)
+    for row in rows:
+        starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+        assert (np.add.reduceat(weight, starts) > 0).all()
+        assert np.unique(row[starts]).size == starts.size  # contiguous
 
 
 def layers(p: int, f: float, b: float) -> ComputationGraph:

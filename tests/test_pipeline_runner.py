@@ -13,11 +13,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from baselines.placers import CONTIGUOUS_PLACERS
+from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS
 from placement_env import Cluster, from_torch, write_graph
 from placement_env.graph.placement_io import write_placement
 from placement_env.plan.pipeline_plan import PipelinePlan, pipeline_plan
 from placement_env.runtime.pipeline_runner import run_pipeline
+from placement_env.sim.pipeline import Step
 
 transformers = pytest.importorskip("transformers")
 
@@ -86,6 +87,34 @@ def test_a_tied_gpt2_pipeline_ends_an_sgd_step_with_the_model_s_parameters(gpt2_
         np.testing.assert_allclose(value, expected[name].detach().numpy(), atol=1e-5, err_msg=name)
     assert run.peak_memory.shape == (devices,) and (run.peak_memory > 0).all()
     assert len(run.steps) == 1 and run.seconds > 0
+
+
+def tiny_bert():
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return transformers.BertForMaskedLM(config).train()
+
+
+@pytest.mark.slow
+def test_a_bert_pipeline_whose_stages_send_strided_tensors_ends_an_sgd_step_with_the_model_s_parameters():
+    """BERT's tied decoder, and attention outputs that are transposed views: sent contiguous over gloo."""
+    model = tiny_bert()
+    torch.manual_seed(1)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQUENCE))
+    graph = from_torch(model, (), example_kwargs={"input_ids": ids}, colocate_modules=4)
+    cluster = Cluster.preset("a100-nvlink", 2)
+    placement = CONTIGUOUS_RUNTIME_DEFAULTS["deepspeed-uniform"](graph, cluster, 0, step=Step(MICROBATCHES))
+    plan = pipeline_plan(graph, placement, cluster, microbatches=MICROBATCHES)
+    assert plan.num_stages == 2 and [g.parameter for g in plan.tied] == ["bert.embeddings.word_embeddings.weight"]
+    targets = torch.roll(ids, -1, dims=1)
+    run = run_pipeline(model, (), plan, example_kwargs={"input_ids": ids}, targets=targets, loss_fn=lm_loss,
+                       optimizer=functools.partial(torch.optim.SGD, lr=0.1), steps=1)
+    reference, losses = reference_step(model, ids, targets, 0.1)
+    assert run.losses[0] == pytest.approx(float(np.mean(losses)), rel=1e-5)
+    expected = dict(reference.named_parameters())
+    for name, value in run.parameters.items():
+        np.testing.assert_allclose(value, expected[name].detach().numpy(), atol=1e-5, err_msg=name)
 
 
 def test_a_plan_round_trips_through_json_and_states_what_it_leaves_out(gpt2_and_graph, tmp_path):

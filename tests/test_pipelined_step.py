@@ -141,6 +141,29 @@ def test_more_micro_batches_than_the_traced_batch_is_refused():
         simulate(g, stages(2), free_cluster(2), microbatches=8)
 
 
+def test_uneven_micro_batches_and_unbounded_unrolled_steps_are_refused():
+    g = chain(2, 1.0, 1.0)
+    traced = ComputationGraph(g.nodes, g.edges(), name="traced", batch=8)
+    with pytest.raises(ValueError, match=r"microbatches 3 does not divide the batch of 8 .* divisors: 1, 2, 4, 8"):
+        simulate(traced, stages(2), free_cluster(2), microbatches=3)
+    with pytest.raises(ValueError, match="microbatches 1000000 is more than the 4096 a step may have"):
+        simulate(g, stages(2), free_cluster(2), microbatches=1_000_000)
+    big = chain(300, 1.0, 1.0)  # 600 ops: 1,000 micro-batches would unroll to 600,000
+    with pytest.raises(ValueError, match=r"would unroll to 600,000 ops, more than the 500,000 .* \(at most 833"):
+        simulate(big, [0] * big.num_nodes, free_cluster(1), microbatches=1000)
+
+
+def test_the_cache_of_unrolled_steps_holds_a_bounded_number_of_ops(monkeypatch):
+    import placement_env.sim.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "MAX_UNROLLED_OPS", 100)
+    g = chain(2, 1.0, 1.0)  # 4 ops
+    for m in range(2, 20):
+        simulate(g, stages(2), free_cluster(2), microbatches=m)
+        assert sum(u.graph.num_nodes for u in g.derived["unrolled"].values()) <= 100
+    assert list(g.derived["unrolled"]) == [19]  # 72 + 76 ops of m = 18 and 19 are over 100: the older went
+
+
 def test_an_unknown_schedule_is_refused_by_name():
     with pytest.raises(ValueError, match="unknown schedule 'zb-v'"):
         simulate(chain(2, 1.0, 1.0), stages(2), free_cluster(2), microbatches=2, schedule="zb-v")

@@ -10,7 +10,9 @@ import torch
 from placement_env import Cluster, from_torch, load_graph, load_suite, simulate
 from placement_env.zoo.registry import REAL_MODELS
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+# appended, not first: benchmarks/transformers.py must not shadow the transformers package for the whole session
+# (the pipeline runner's spawned workers import it to unpickle a model)
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 
 def test_every_real_model_is_shipped_loads_and_simulates():

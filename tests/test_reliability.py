@@ -17,6 +17,7 @@ import agents.learned.pretraining as pretraining
 from agents.learned.policy_file import load_policy, new_network, save_policy
 from agents.learned.pretrain_config import PretrainConfig
 from agents.training.lock import OutputLock
+from placement_env import load_graph
 from tests.helpers import running
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -340,3 +341,20 @@ def test_the_reaper_ends_the_descendants_of_a_killed_driver_and_nothing_else():
     finally:
         bystander.kill()
         driver.kill()
+
+
+UNBOUNDED = [["--microbatches", "1000000"], ["--devices", "100000"]]
+COMMANDS = [["-m", "placement_env", "simulate", "--placement", "p.json"], ["-m", "baselines"], ["-m", "agents.place"],
+            ["train.py", "--out", "out"], ["-m", "agents.benchmark", "--out", "out"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:3]))
+@pytest.mark.parametrize("unbounded", UNBOUNDED, ids=lambda a: a[0])
+def test_huge_micro_batch_and_device_counts_are_one_error_on_every_command(tmp_path, command, unbounded):
+    (tmp_path / "p.json").write_text(json.dumps([0] * load_graph("default").num_nodes))
+    done = subprocess.run([sys.executable, *[str(tmp_path / a) if a in ("p.json", "out") else a for a in command],
+                           *unbounded], cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1, \
+        done.stderr
+    assert not (tmp_path / "out").exists()  # nothing written

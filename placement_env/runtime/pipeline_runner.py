@@ -179,6 +179,7 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
     """Stage ``rank``'s part of :func:`run_pipeline` in a process of an initialised process group of ``world``
     processes: its step times, peak bytes, losses (last stage) and parameters by first name."""
     warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")  # pipelining's pickled specs
+    _contiguous_messages()
     device = torch.device(f"cuda:{rank}" if job.device == "cuda" else "cpu")
     model = torch.load(io.BytesIO(job.model), weights_only=False)
     m = job.microbatches
@@ -264,6 +265,29 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
     parameters = {name: copies[0].detach().float().cpu().numpy().copy() for name, copies in local.items()
                   if copies[0].requires_grad}
     return {"steps": times, "peak": peak, "losses": step_losses if last else [], "parameters": parameters}
+
+
+class _ContiguousSends:
+    """``torch.distributed`` as the pipeline stages see it, but every tensor they send made contiguous first."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(dist, name)
+
+    @staticmethod
+    def P2POp(op: Any, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - dist's name
+        return dist.P2POp(op, tensor.contiguous() if op is dist.isend else tensor, *args, **kwargs)
+
+
+def _contiguous_messages() -> None:
+    """Make ``torch.distributed.pipelining``'s messages contiguous, in this process: torch 2.13's stages send a
+    stage's outputs and gradients with the strides they were traced with and receive into buffers of those
+    strides, and gloo refuses a tensor that is not contiguous (BERT's and ViT's attention outputs are transposed
+    views). A stage's ops take a contiguous input as well as a strided one."""
+    import torch.distributed.pipelining.stage as stage_module
+
+    stage_module._make_tensor_from_meta = lambda meta, device: torch.empty(meta.shape, dtype=meta.dtype,
+                                                                           device=device)
+    stage_module.dist = _ContiguousSends()  # type: ignore[assignment]
 
 
 def sgd(parameters: list, lr: float) -> torch.optim.Optimizer:

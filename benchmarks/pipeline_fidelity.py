@@ -1,0 +1,173 @@
+"""The simulator's pipelined step against pipelines run with torch.distributed.pipelining on 2 local devices.
+
+    python benchmarks/pipeline_fidelity.py [--rounds 3] [--steps 4] [--models gpt2,bert,vit,llama,cnn]
+        [--json experiments/pipeline_fidelity/rows.json]
+
+Five models, four from Hugging Face configs (GPT-2 with its tied embeddings, BERT with its tied decoder, ViT,
+Llama; 4 layers, width 128) and a plain PyTorch CNN, each imported with ``from_torch(..., profile=True,
+colocate_modules=depth)`` on one thread (each op's cost the fastest of ``--rounds`` profiles), so that every
+module of depth ``depth`` is a placement unit and every contiguous placement is a pipeline. The cluster is
+``local_cluster(2)`` (measured: speed 1.0, the gloo link while the workers compute). For m in {4, 8} and each
+schedule (GPipe, 1F1B), four placers give a contiguous placement (``deepspeed-uniform``,
+``deepspeed-parameters``, ``split``, ``anneal`` with 2 s), each made a plan (``pipeline_plan``, parameters counted
+twice: weights and gradients, no optimizer state) and run by ``run_pipeline`` (``--steps`` steps, no update; the
+step is the median of the steps after the first). Plans that agree are run once. Rounds interleave the plans;
+each plan's measured step is the fastest of its rounds' medians, and its spread across rounds is reported beside
+the error it judges.
+
+Printed per cell: the simulated and measured step (ms), their ratio, the spread of the measured rounds, each
+stage's simulated and measured peak memory; per model: whether the plan the simulator ranks best is measured
+fastest or within the measured spread of the fastest. The summary: mean |simulated / measured - 1|, cells within
+20%, per-stage memory within 20%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# this folder holds a transformers.py of its own: it goes last, behind the package of that name (which the stage
+# processes import to unpickle a model), and still serves fidelity, machine and placed_module_speed
+HERE = str(Path(__file__).resolve().parent)
+sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != HERE] + [HERE]
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from fidelity import fastest_costs, spearman  # noqa: E402
+from machine import machine_line  # noqa: E402
+from placed_module_speed import ResidualCNN  # noqa: E402
+
+from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS, search_placers  # noqa: E402
+from placement_env import from_torch  # noqa: E402
+from placement_env.plan.pipeline_plan import pipeline_plan  # noqa: E402
+from placement_env.runtime.local_cluster import local_cluster  # noqa: E402
+from placement_env.runtime.pipeline_runner import run_pipeline  # noqa: E402
+from placement_env.sim.pipeline import Step  # noqa: E402
+
+PLACERS = ("deepspeed-uniform", "deepspeed-parameters", "split", "anneal")
+STEPS = [(m, s) for m in (4, 8) for s in ("gpipe", "1f1b")]
+
+
+def models() -> dict[str, tuple[torch.nn.Module, tuple, dict, int]]:
+    """name -> (model, positional inputs, keyword inputs, module depth of a placement unit)."""
+    import transformers
+
+    torch.manual_seed(0)
+    width: dict[str, Any] = {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+                             "intermediate_size": 512}
+    ids = torch.randint(0, 1000, (8, 64))
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=4, n_embd=128, n_head=4, vocab_size=1000, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
+        attn_pdrop=0.0, bos_token_id=0, eos_token_id=0, use_cache=False))
+    bert = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=1000, hidden_dropout_prob=0.0,
+                                                                attention_probs_dropout_prob=0.0, **width))
+    vit = transformers.ViTForImageClassification(transformers.ViTConfig(
+        image_size=32, patch_size=4, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        **width))
+    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=1000, num_key_value_heads=4, max_position_embeddings=64, use_cache=False,
+        **{**width, "intermediate_size": 344}))
+    return {
+        "gpt2": (gpt2.train(), (), {"input_ids": ids}, 3),
+        "bert": (bert.train(), (), {"input_ids": ids}, 4),
+        "vit": (vit.train(), (), {"pixel_values": torch.randn(8, 3, 32, 32)}, 4),
+        "llama": (llama.train(), (), {"input_ids": ids}, 3),
+        "cnn": (ResidualCNN(32).train(), (torch.randn(16, 3, 32, 32),), {}, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--models", default="gpt2,bert,vit,llama,cnn")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    print(machine_line(), flush=True)
+    torch.set_num_threads(1)
+    cluster = local_cluster(2)
+    print(f"local_cluster(2) link, loaded: latency {cluster.latency[0, 1] * 1e6:.0f} us, bandwidth "
+          f"{cluster.bandwidth[0, 1] / 1e9:.2f} GB/s", flush=True)
+    placers = {**CONTIGUOUS_PLACERS, **CONTIGUOUS_RUNTIME_DEFAULTS, **search_placers(2.0, contiguous=True)}
+    rows, summary = [], []
+    zoo = models()
+    for name in args.models.split(","):
+        model, inputs, kwargs, depth = zoo[name]
+        graph = fastest_costs([from_torch(model, inputs, example_kwargs=kwargs, profile=True, repeats=10,
+                                          name=name, colocate_modules=depth) for _ in range(args.rounds)])
+        plans: dict[tuple, dict] = {}  # (placement, m, schedule) -> the cell
+        for m, schedule in STEPS:
+            for placer in PLACERS:
+                placement = placers[placer](graph, cluster, 0, step=Step(m, schedule))
+                key = (tuple(placement.tolist()), m, schedule)
+                if key in plans:
+                    plans[key]["placers"].append(placer)
+                    continue
+                plan = pipeline_plan(graph, placement, cluster, microbatches=m, schedule=schedule,
+                                     param_factor=2.0)
+                plans[key] = {"placers": [placer], "plan": plan, "rounds": [], "peaks": []}
+        for _ in range(args.rounds):  # interleaved: every plan once a round
+            for cell in plans.values():
+                began = time.perf_counter()
+                run = run_pipeline(model, inputs, cell["plan"], steps=args.steps, example_kwargs=kwargs)
+                cell["rounds"].append(float(np.median(run.steps[1:])))
+                cell["peaks"].append(run.peak_memory.tolist())
+                cell["wall"] = time.perf_counter() - began
+        model_rows = []
+        for (_, m, schedule), cell in plans.items():
+            plan = cell["plan"]
+            measured = min(cell["rounds"])
+            spread = (max(cell["rounds"]) - measured) / measured
+            peaks = np.min(np.array(cell["peaks"]), axis=0)
+            simulated_peaks = [s.simulated_peak_memory for s in plan.stages]
+            row = {"model": name, "placers": " = ".join(cell["placers"]), "microbatches": m, "schedule": schedule,
+                   "stages": plan.num_stages, "simulated_ms": plan.simulated_step_seconds * 1e3,
+                   "measured_ms": measured * 1e3, "ratio": plan.simulated_step_seconds / measured,
+                   "spread": spread, "rounds_ms": [t * 1e3 for t in cell["rounds"]],
+                   "simulated_peak_mib": [p / 2**20 for p in simulated_peaks],
+                   "measured_peak_mib": [p / 2**20 for p in peaks],
+                   "memory_ratio": [s / p for s, p in zip(simulated_peaks, peaks)]}
+            rows.append(row)
+            model_rows.append(row)
+            print(f"{name:6s} m={m} {schedule:5s} {row['placers']:44s} stages {row['stages']}  simulated "
+                  f"{row['simulated_ms']:8.2f} ms  measured {row['measured_ms']:8.2f} ms  ratio {row['ratio']:.2f}  "
+                  f"spread {spread:.0%}  memory ratio {', '.join(f'{r:.2f}' for r in row['memory_ratio'])}",
+                  flush=True)
+        sims = [r["simulated_ms"] for r in model_rows]
+        measured = [r["measured_ms"] for r in model_rows]
+        best_sim, best_real = int(np.argmin(sims)), int(np.argmin(measured))
+        within_spread = measured[best_sim] <= measured[best_real] * (1 + model_rows[best_real]["spread"]
+                                                                     + model_rows[best_sim]["spread"])
+        summary.append({"model": name, "spearman": spearman(sims, measured), "same_best": best_sim == best_real,
+                        "best_within_spread": bool(within_spread),
+                        "simulated_best": f"{model_rows[best_sim]['placers']} m={model_rows[best_sim]['microbatches']} "
+                                          f"{model_rows[best_sim]['schedule']}",
+                        "measured_best": f"{model_rows[best_real]['placers']} "
+                                         f"m={model_rows[best_real]['microbatches']} "
+                                         f"{model_rows[best_real]['schedule']}"})
+        s = summary[-1]
+        print(f"{name:6s} spearman {s['spearman']:.2f}; best simulated {s['simulated_best']}, fastest measured "
+              f"{s['measured_best']} (the simulated best {'is' if s['best_within_spread'] else 'is not'} within "
+              "the measured spread of the fastest)", flush=True)
+    errors = [abs(r["ratio"] - 1) for r in rows]
+    memory = [abs(x - 1) for r in rows for x in r["memory_ratio"]]
+    print(f"mean |simulated/measured - 1| {np.mean(errors):.1%}; cells within 20%: "
+          f"{sum(e <= 0.2 for e in errors)} / {len(rows)}; median spread of the measured rounds "
+          f"{np.median([r['spread'] for r in rows]):.1%}; stage peaks within 20%: {sum(e <= 0.2 for e in memory)} / "
+          f"{len(memory)}; models whose simulated best is measured fastest or within its spread: "
+          f"{sum(s['best_within_spread'] for s in summary)} / {len(summary)}", flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine_line(), "command": " ".join(sys.argv),
+                       "link": {"latency_s": float(cluster.latency[0, 1]),
+                                "bandwidth_Bps": float(cluster.bandwidth[0, 1])},
+                       "rows": rows, "summary": summary}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
