@@ -66,8 +66,7 @@ def models() -> dict[str, tuple[torch.nn.Module, tuple, dict, int]]:
     bert = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=1000, hidden_dropout_prob=0.0,
                                                                 attention_probs_dropout_prob=0.0, **width))
     vit = transformers.ViTForImageClassification(transformers.ViTConfig(
-        image_size=32, patch_size=4, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        **width))
+        image_size=32, patch_size=4, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **width))
     llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=1000, num_key_value_heads=4, max_position_embeddings=64, use_cache=False,
         **{**width, "intermediate_size": 344}))
