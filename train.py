@@ -23,7 +23,6 @@ re-drawing every unit uniformly; ``--expected-moves 0`` is the spec's head exact
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -90,7 +89,7 @@ def config_from_args(args: argparse.Namespace):  # -> agents.training.TrainConfi
 def main(argv: list[str] | None = None) -> int:
     config = config_from_args(build_parser().parse_args(argv))  # bad arguments fail here, before torch loads
     config.problem()  # and a missing graph, cluster file or unwritable --out
-    from agents.training import train  # torch: loaded once the input is checked
+    from agents.training import closing_table, train  # torch: loaded once the input is checked
 
     if Path(config.out, "results.json").exists() and not config.resume:
         print(f"notice: {config.out}/ holds an earlier run; this run replaces its outputs (--out DIR keeps both, "
@@ -100,32 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     if result.interrupted:  # Ctrl-C or SIGTERM: the outputs are written, and the status says it
         return 143 if result.terminated else 130  # placement_env.cli's TERMINATED_STATUS, INTERRUPTED_STATUS
     return 0
-
-
-def closing_table(result) -> str:  # result: agents.training.RunResult
-    """The run's best placement beside every compared placer (the search placers had the run's budget), the lower
-    bound, and how the run stands against the strongest classical result, whichever wins."""
-    record = result.record
-    budget = record.get("search_baseline_seconds")
-    steps = "proposals" if record["algo"] == "guided" else "environment steps"
-    lines = [f"{result.graph}: {record['encoder']} + {record['algo']}, {result.steps:,} {steps}, "
-             f"{result.search_seconds:.1f} s of search on {os.cpu_count()} CPU cores",
-             f"{'placement':<26} {'makespan (ms)':>14}",
-             f"{'best found':<26} {result.makespan * 1e3:>14.3f}  ({result.lb_ratio:.3f} x lower bound"
-             f"{', OOM' if result.oom else ''})"]
-    for name, value in record["baselines"].items():
-        label = f"{name} ({budget:.1f} s)" if budget is not None and name in ("local-search", "anneal") else name
-        lines.append(f"{label:<26} " + (f"{value * 1e3:>14.3f}" if isinstance(value, float) else f"  {value}"))
-    lines.append(f"{'lower bound':<26} {result.lower_bound * 1e3:>14.3f}")
-    timed = {name: v for name, v in record["baselines"].items() if isinstance(v, float)}
-    if timed and not result.oom:
-        name = min(timed, key=timed.__getitem__)
-        change = result.makespan / timed[name] - 1.0
-        verdict = "below" if change < 0 else "above" if change > 0 else "level with"
-        lines.append(f"the run's best is {abs(change):.1%} {verdict} the strongest classical placer, {name} "
-                     f"({timed[name] * 1e3:.3f} ms)")
-    lines.append(f"outputs in {result.out}/")
-    return "\n".join(lines)
 
 
 def run(argv: list[str] | None = None) -> int:

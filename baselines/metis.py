@@ -10,6 +10,11 @@ with the most free budget.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
 import numpy as np
 
 from placement_env.cluster import Cluster
@@ -45,11 +50,30 @@ def metis(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarra
         eweights = np.maximum(1, np.round(w / 1e3)).astype(np.int64)
         opts = pymetis.Options(seed=int(seed))
         adjacency = pymetis.CSRAdjacency(xadj.tolist(), dst.tolist())
-        _, parts = pymetis.part_graph(m, adjacency, vweights=vweights.tolist(),
-                                      eweights=eweights.tolist(), tpwgts=(cluster.speed / cluster.speed.sum()).tolist(),
-                                      options=opts)
+        with _c_output_silenced():  # METIS prints "***Cannot bisect a graph with 0 vertices!" and the like
+            _, parts = pymetis.part_graph(m, adjacency, vweights=vweights.tolist(), eweights=eweights.tolist(),
+                                          tpwgts=(cluster.speed / cluster.speed.sum()).tolist(), options=opts)
         units = np.asarray(parts, dtype=np.int64)
     return graph.expand_unit_placement(_repair_memory(units, budget, graph))
+
+
+@contextlib.contextmanager
+def _c_output_silenced() -> Iterator[None]:
+    """File descriptors 1 and 2 go to the null device for the block: METIS writes its notes there from C (on more
+    parts than a graph's units can fill), above a command's table, where Python cannot catch them."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
 
 
 def _repair_memory(units: np.ndarray, budget: MemoryBudget, graph: ComputationGraph) -> np.ndarray:

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from placement_env.envs.device_placement import DevicePlacementEnv
     from placement_env.envs.sequential import DevicePlacementSequentialEnv
     from placement_env.envs.task import unflatten_observation
+    from placement_env.importers.huggingface import from_huggingface
     from placement_env.importers.pytorch import from_torch
 
 _ON_FIRST_USE = {  # name -> module that defines it
@@ -70,6 +71,7 @@ _ON_FIRST_USE = {  # name -> module that defines it
     "DevicePlacementSequentialEnv": "placement_env.envs.sequential",
     "unflatten_observation": "placement_env.envs.task",
     "from_torch": "placement_env.importers.pytorch",
+    "from_huggingface": "placement_env.importers.huggingface",
 }
 
 
@@ -82,7 +84,8 @@ register_environments()
 __all__ = [
     "DEFAULT_GRAPH", "DEVICE_KINDS", "SUITES", "BatchResult", "Cluster", "ComputationGraph", "Device",
     "DevicePlacementEnv", "DevicePlacementSequentialEnv", "Edge", "Node", "Schedule", "SimulationResult", "Simulator",
-    "check_placement", "chrome_trace", "coarsen", "coarsen_to_fit", "critical_path", "from_torch", "layered_dag",
+    "check_placement", "chrome_trace", "coarsen", "coarsen_to_fit", "critical_path", "from_huggingface", "from_torch",
+    "layered_dag",
     "list_graphs", "load_graph", "load_suite", "lower_bound", "memory_timeline", "placement_from_json",
     "read_graph", "read_placement", "simulate", "simulate_batch", "to_training_graph", "two_chains",
     "unflatten_observation", "write_chrome_trace", "write_graph", "write_placement",

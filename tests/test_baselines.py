@@ -258,3 +258,10 @@ def test_place_takes_graph_cluster_placer_and_the_former_order_with_a_warning():
     with pytest.warns(DeprecationWarning, match=r"use place\(graph, cluster, name\)"):
         before = place("heft", g, c)  # the order before 0.2.0
     assert np.array_equal(before, place(g, c, "heft")) and np.array_equal(before, place(g, c))
+
+
+def test_metis_prints_nothing_on_more_devices_than_it_can_fill(capfd):
+    g = layered_dag(3, num_ops=12)
+    place(g, Cluster.preset("p100", 16), "metis")
+    captured = capfd.readouterr()
+    assert captured.out == "" and captured.err == ""

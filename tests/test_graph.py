@@ -76,7 +76,7 @@ def test_colocation_groups_are_units_in_first_appearance_order():
     g = graph([("a", 1, 0, 0, "g1"), ("b", 1, 0), ("c", 1, 0, 0, "g1"), ("d", 1, 0, 0, "g2")])
     assert list(g.unit_of) == [0, 1, 0, 2]
     assert g.num_units == 3
-    assert g.unit_names() == ["g1", "b", "g2"]
+    assert list(g.unit_names) == ["g1", "b", "g2"]
     assert list(g.expand_unit_placement([2, 0, 1])) == [2, 0, 2, 1]
     assert list(g.unit_placement([2, 0, 2, 1])) == [2, 0, 1]
     with pytest.raises(ValueError, match="3 placement units"):

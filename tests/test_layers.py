@@ -291,3 +291,8 @@ def test_agents_is_a_house_of_jobs():
     packages = [p.name for p in (ROOT / "agents").iterdir() if (p / "__init__.py").exists()]
     flat = [p.name for p in (ROOT / "agents").glob("*.py")]
     assert len(packages) >= 3 and len(flat) <= 6, (packages, flat)
+
+
+def test_the_training_command_stays_thin():
+    """train.py is a thin command line over agents.training: the house's bound is 150 lines."""
+    assert len((ROOT / "train.py").read_text().splitlines()) <= 150

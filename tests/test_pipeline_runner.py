@@ -147,7 +147,7 @@ def blocks(graph, devices):
 
 def by_units(graph, device_of_unit):
     """A placement giving each unit ``device_of_unit(its name)``."""
-    return graph.expand_unit_placement(np.array([device_of_unit(name) for name in graph.unit_names()]))
+    return graph.expand_unit_placement(np.array([device_of_unit(name) for name in graph.unit_names]))
 
 
 def test_a_stage_without_parameters_is_stated_in_the_plan_and_no_placer_makes_one(gpt2_and_graph):

@@ -1,6 +1,8 @@
 """``placement_env.runtime.placed_module``: every placer's placement of five models runs, with the model's outputs
 and gradients, and copies tensors exactly where the simulator transfers them."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -116,6 +118,26 @@ def test_it_copies_tensors_exactly_where_the_simulator_transfers_them(model_name
         simulated = sorted((graph.ids[int(node)], int(dst)) for node, dst in zip(schedule.transfer_node,
                                                                                   schedule.transfer_dst))
         assert sorted(placed.transfers) == simulated
+
+
+def test_write_back_gives_the_model_the_placed_module_s_trained_parameters():
+    from placement_env.runtime.placed_program import write_back
+
+    model, x = MODELS["cnn"]  # BatchNorm: buffers (running statistics) too
+    graph = from_torch(model, (x,))
+    placement = np.asarray(PLACERS["round-robin"](graph, CLUSTER, 0))
+    placed = placed_module(model, (x,), graph, placement, ["cpu"] * CLUSTER.num_devices)
+    trained = copy.deepcopy(model)
+    for module in (placed, trained):
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+        module(x).square().sum().backward()
+        optimizer.step()
+    assert not torch.allclose(model.fc.weight, trained.fc.weight)  # placed_module trained copies
+    write_back(placed, model)
+    for (name, ours), (_, theirs) in zip(model.state_dict().items(), trained.state_dict().items()):
+        assert torch.allclose(ours, theirs, atol=1e-6), name
+    with pytest.raises(ValueError, match="it was placed from another model"):
+        write_back(placed, nn.Linear(2, 2))
 
 
 def test_a_module_granular_placement_runs_too():

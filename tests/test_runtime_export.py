@@ -107,7 +107,7 @@ def test_colocate_modules_makes_every_placement_a_module_placement(net_graph):
             deepest = max(cut_names, key=lambda n: n.count("."), default="")
             # one (cut) module per unit, with its ancestors' own ops that follow it (Block's residual add, fc2's)
             assert all(deepest == n or deepest.startswith(f"{n}.") for n in cut_names)
-    assert net_graph.unit_names() == ["x", "module:embed", "module:layers.0", "module:layers.1", "module:layers.2",
+    assert list(net_graph.unit_names) == ["x", "module:embed", "module:layers.0", "module:layers.1", "module:layers.2",
                                       "module:layers.3", "module:head", "sum_1"]
     for bad in (0, -1, 1.5, "layers"):
         with pytest.raises(ValueError, match="colocate_modules must be True, False or a depth >= 1"):
@@ -118,7 +118,7 @@ def test_views_between_modules_do_not_tie_them_into_one_unit():
     torch.manual_seed(0)
     encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 3)
     g = from_torch(encoder, (torch.randn(2, 5, 16),), colocate_modules=2)
-    assert [name for name in g.unit_names() if name.startswith("module:")] == ["module:layers.0", "module:layers.1",
+    assert [name for name in g.unit_names if name.startswith("module:")] == ["module:layers.0", "module:layers.1",
                                                                               "module:layers.2"]
     assert g.num_units == 4  # and the input with its views
 
@@ -190,6 +190,31 @@ def test_the_device_map_runs_through_accelerate_with_the_same_outputs(net_graph)
     dispatched = accelerate.dispatch_model(model, device_map=on_cpu)  # what accelerate checks and hooks
     assert torch.allclose(dispatched(x), expected)
     assert set(getattr(dispatched, "hf_device_map", on_cpu)) == set(device_map)
+
+
+class WithSpare(nn.Module):
+    """A model with a module whose parameters its forward never reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second, self.spare = nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.second(self.first(x))
+
+
+def test_the_device_map_names_devices_and_places_unused_modules_for_accelerate():
+    accelerate = pytest.importorskip("accelerate")
+    model, x = WithSpare(), torch.randn(2, 3)
+    g = from_torch(model, (x,), colocate_modules=True)
+    assert to_device_map(g, [0] * g.num_nodes, devices=["cpu"]) == {"": "cpu"}
+    apart = [1 if n.module == "second" else 0 for n in g.nodes]
+    assert to_device_map(g, apart, devices=["cpu", "disk"]) == {"first": "cpu", "second": "disk"}
+    full = to_device_map(g, apart, devices=["cpu", "cpu"], model=model)  # the graph knows no spare; the model does
+    assert full == {"first": "cpu", "second": "cpu", "spare": "cpu"}
+    assert torch.allclose(accelerate.dispatch_model(model, device_map=full)(x), model(x))
+    with pytest.raises(ValueError, match=r"is placed on device 1, but devices names 1 \(cpu\)"):
+        to_device_map(g, apart, devices=["cpu"])
 
 
 def test_split_points_of_a_contiguous_placement(net_graph):

@@ -69,6 +69,34 @@ def test_from_huggingface_builds_any_config():
         from_huggingface({"n_layer": 2})
 
 
+def test_from_huggingface_is_importable_from_the_package_builds_without_memory_and_checks_its_sizes(monkeypatch):
+    import placement_env
+    from placement_env.graph.io import graph_digest
+    from placement_env.importers.huggingface import build_model, example_inputs
+
+    assert placement_env.from_huggingface is from_huggingface
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=100, n_positions=32,
+                                     bos_token_id=0, eos_token_id=0)
+    built, real_from_config = [], transformers.AutoModelForCausalLM.from_config
+
+    def recorded(cls, *args, **kwargs):
+        built.append(real_from_config(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", classmethod(recorded))
+    g = from_huggingface(config, batch=2, sequence=16, name="gpt2")
+    assert all(p.is_meta for p in built[0].parameters())  # no weights allocated
+    monkeypatch.undo()
+    model = build_model(config, torch.bfloat16)  # the same graph as from a model with weights
+    real = from_torch(model, (), example_kwargs=example_inputs(config, 2, 16), device_kind="a100-nvlink",
+                      dtype=torch.bfloat16, name="gpt2")
+    assert graph_digest(g) == graph_digest(real)
+    with pytest.raises(ValueError, match="sequence 64 is longer than the 32 positions of the gpt2 config"):
+        from_huggingface(config, sequence=64)
+    with pytest.raises(ValueError, match="batch 1000000000 is more than the 1048576"):
+        from_huggingface(config, batch=10**9, sequence=16)
+
+
 def test_deepspeed_lists_a_transformer_by_its_blocks():
     from baselines.placers import RUNTIME_DEFAULTS
     from placement_env.plan.module_tree import layer_sequence

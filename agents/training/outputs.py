@@ -8,7 +8,7 @@ import platform
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from placement_env import Cluster, ComputationGraph, SimulationResult, simulate,
 from placement_env.envs.render import gantt_rgb
 from placement_env.json_files import replace_atomically, write_text_atomically
 from placement_env.sim.pipeline import PLAIN_STEP, Step, stepped_graph
+
+if TYPE_CHECKING:
+    from agents.training.run import RunResult
 
 COMPARED_PLACERS = FAST_COMPARED  # and, with TrainConfig.compare_searches, the search placers at the run's budget
 SEARCHES = ("local-search", "anneal")
@@ -133,3 +136,29 @@ def draw(config: TrainConfig, out: Path, graph: ComputationGraph, cluster: Clust
     with replace_atomically(out / "gantt.png") as temporary:
         ops = list(stepped_graph(graph, result.microbatches).ops)  # of the unrolled step when pipelined
         plt.imsave(temporary, gantt_rgb(result, ops, names, title=f"best placement, {graph.name}"))
+
+
+def closing_table(result: RunResult) -> str:
+    """The run's best placement beside every compared placer (the search placers had the run's budget), the lower
+    bound, and how the run stands against the strongest classical result, whichever wins."""
+    record = result.record
+    budget = record.get("search_baseline_seconds")
+    steps = "proposals" if record["algo"] == "guided" else "environment steps"
+    lines = [f"{result.graph}: {record['encoder']} + {record['algo']}, {result.steps:,} {steps}, "
+             f"{result.search_seconds:.1f} s of search on {os.cpu_count()} CPU cores",
+             f"{'placement':<26} {'makespan (ms)':>14}",
+             f"{'best found':<26} {result.makespan * 1e3:>14.3f}  ({result.lb_ratio:.3f} x lower bound"
+             f"{', OOM' if result.oom else ''})"]
+    for name, value in record["baselines"].items():
+        label = f"{name} ({budget:.1f} s)" if budget is not None and name in ("local-search", "anneal") else name
+        lines.append(f"{label:<26} " + (f"{value * 1e3:>14.3f}" if isinstance(value, float) else f"  {value}"))
+    lines.append(f"{'lower bound':<26} {result.lower_bound * 1e3:>14.3f}")
+    timed = {name: v for name, v in record["baselines"].items() if isinstance(v, float)}
+    if timed and not result.oom:
+        name = min(timed, key=timed.__getitem__)
+        change = result.makespan / timed[name] - 1.0
+        verdict = "below" if change < 0 else "above" if change > 0 else "level with"
+        lines.append(f"the run's best is {abs(change):.1%} {verdict} the strongest classical placer, {name} "
+                     f"({timed[name] * 1e3:.3f} ms)")
+    lines.append(f"outputs in {result.out}/")
+    return "\n".join(lines)

@@ -327,13 +327,15 @@ class ComputationGraph:
         first.setflags(write=False)
         return first
 
-    def unit_names(self) -> list[str]:
-        """A readable name per unit: its colocation group, or its single node's id."""
+    @cached_property
+    def unit_names(self) -> tuple[str, ...]:
+        """A readable name per unit, in unit order: its colocation group, or its single node's id (a tuple, like
+        :attr:`ids`)."""
         names = []
         for members in self.unit_members:
             first = self.nodes[int(members[0])]
             names.append(first.colocation if first.colocation is not None else first.id)
-        return names
+        return tuple(names)
 
     def expand_unit_placement(self, unit_placement: Sequence[int] | np.ndarray) -> np.ndarray:
         """Turn a device per placement unit into a device per node."""

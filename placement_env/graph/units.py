@@ -133,4 +133,4 @@ def _build(graph: ComputationGraph) -> UnitGraph:
     order = np.argsort(first_topo, kind="stable")
     for arr in (static, order):
         arr.setflags(write=False)
-    return UnitGraph(nu, unit, edges, static, order, tuple(graph.unit_names()))
+    return UnitGraph(nu, unit, edges, static, order, graph.unit_names)

@@ -1,11 +1,12 @@
 """Graphs of Hugging Face models from their configs: :func:`from_huggingface` (the optional extra ``[hf]``).
 
-The model is built from the config with random weights (nothing is downloaded; weights change no shape, FLOP or
-byte), with ``use_cache=False`` (a training step keeps no key-value cache), and traced by
-:func:`~placement_env.importers.pytorch.from_torch` on inputs of the given batch and sequence length:
-``input_ids`` for text models, ``pixel_values`` of the config's image size for vision models. The head follows
-the model type: a causal language model for decoders (GPT-2, Llama, ...), a masked language model for encoders
-(BERT, ...), an image classifier for ViT.
+The model is built from the config on PyTorch's ``meta`` device, with its inputs there too: nothing is downloaded or
+allocated (weights change no shape, FLOP or byte; one layer of a Llama-70B shape took 5.7 GB with random weights),
+and the graph is the same as from a model with weights. It is built with ``use_cache=False`` (a training step keeps
+no key-value cache), and traced by :func:`~placement_env.importers.pytorch.from_torch` on inputs of the given batch
+and sequence length: ``input_ids`` for text models, ``pixel_values`` of the config's image size for vision models.
+The head follows the model type: a causal language model for decoders (GPT-2, Llama, ...), a masked language model
+for encoders (BERT, ...), an image classifier for ViT.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ ENCODER_TYPES = frozenset({"bert", "roberta", "distilbert", "albert", "electra",
 
 def build_model(config: Any, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """The randomly initialised model of a ``transformers`` config, in training mode, without a key-value cache
-    (``ValueError`` naming a config that is not one)."""
+    (``ValueError`` naming a config that is not one), on the current default device (``with
+    torch.device("meta"):`` for one without memory)."""
     import transformers
 
     if not isinstance(config, transformers.PretrainedConfig):
@@ -37,13 +39,29 @@ def build_model(config: Any, dtype: torch.dtype = torch.float32) -> torch.nn.Mod
     return model.train()
 
 
-def example_inputs(config: Any, batch: int, sequence: int) -> dict[str, torch.Tensor]:
-    """The keyword inputs of one training batch: ``pixel_values`` (batch x channels x size x size) for a vision
-    model, ``input_ids`` (batch x sequence, token ids below the vocabulary size) otherwise."""
+def example_inputs(config: Any, batch: int, sequence: int, device: str | torch.device = "cpu"
+                   ) -> dict[str, torch.Tensor]:
+    """The keyword inputs of one training batch on ``device``: ``pixel_values`` (batch x channels x size x size)
+    for a vision model, ``input_ids`` (batch x sequence, token ids below the vocabulary size) otherwise."""
     if config.model_type in VISION_TYPES:
         size = int(config.image_size)
-        return {"pixel_values": torch.randn(batch, int(getattr(config, "num_channels", 3)), size, size)}
-    return {"input_ids": torch.randint(0, int(config.vocab_size), (batch, sequence))}
+        return {"pixel_values": torch.randn(batch, int(getattr(config, "num_channels", 3)), size, size,
+                                            device=device)}
+    return {"input_ids": torch.randint(0, int(config.vocab_size), (batch, sequence), device=device)}
+
+
+MAX_BATCH = 1 << 20
+"""The largest batch :func:`from_huggingface` takes (a graph's bytes grow with it; 1e9 overflowed an allocator)."""
+
+
+def max_positions(config: Any) -> int | None:
+    """The longest sequence a text model's position embeddings take (``n_positions``, ``max_position_embeddings``),
+    None where the config sets none."""
+    for key in ("n_positions", "max_position_embeddings"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def from_huggingface(config: Any, batch: int = 8, sequence: int = 512, *, name: str | None = None,
@@ -61,16 +79,24 @@ def from_huggingface(config: Any, batch: int = 8, sequence: int = 512, *, name: 
         training, colocate_modules: as :func:`~placement_env.importers.pytorch.from_torch`.
 
     Raises:
-        ValueError: a config that is not one, a batch or sequence below 1, a precision the device kind lacks,
-            a model that cannot be traced.
+        ValueError: a config that is not one, a batch or sequence below 1, a batch above :data:`MAX_BATCH`, a
+            sequence longer than the config's positions, a precision the device kind lacks, a model that cannot be
+            traced.
     """
     for label, value in (("batch", batch), ("sequence", sequence)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be an integer >= 1, got {value!r}")
-    model = build_model(config, dtype)
-    inputs = example_inputs(config, batch, sequence)
+    if batch > MAX_BATCH:
+        raise ValueError(f"batch {batch} is more than the {MAX_BATCH} from_huggingface takes")
+    with torch.device("meta"):
+        model = build_model(config, dtype)
+    limit = None if config.model_type in VISION_TYPES else max_positions(config)
+    if limit is not None and sequence > limit:
+        raise ValueError(f"sequence {sequence} is longer than the {limit} positions of the {config.model_type} "
+                         "config (the model would fail on it); give a sequence of at most that many tokens")
+    inputs = example_inputs(config, batch, sequence, device="meta")
     return from_torch(model, (), example_kwargs=inputs, name=name or str(config.model_type),
                       device_kind=device_kind, dtype=dtype, training=training, colocate_modules=colocate_modules)
 
 
-__all__ = ["build_model", "example_inputs", "from_huggingface"]
+__all__ = ["MAX_BATCH", "build_model", "example_inputs", "from_huggingface", "max_positions"]

@@ -1,7 +1,8 @@
 """Placements that leave the simulator: run for real, or exported to the runtimes people use.
 
 * :func:`~placement_env.runtime.placed_program.placed_module`: the model as a ``torch.fx.GraphModule`` running
-  every op on its device, copying tensors where the simulator transfers them (loads torch on first use);
+  every op on its device, copying tensors where the simulator transfers them (loads torch on first use), and
+  :func:`~placement_env.runtime.placed_program.write_back`, its trained parameters back into the model;
 * :func:`~placement_env.runtime.device_map.to_device_map`: Hugging Face accelerate's ``device_map``;
 * :func:`~placement_env.plan.split_points.to_split_points`: pipeline stages for
   ``torch.distributed.pipelining`` and DeepSpeed;
@@ -27,9 +28,10 @@ from placement_env.runtime.local_cluster import local_cluster
 if TYPE_CHECKING:
     from placement_env.runtime.measured_step import MeasuredStep, measure_step
     from placement_env.runtime.pipeline_runner import PipelineRun, run_pipeline
-    from placement_env.runtime.placed_program import placed_module
+    from placement_env.runtime.placed_program import placed_module, write_back
 else:  # torch loads when placed_module, measure_step or run_pipeline is first used
     __getattr__ = lazy_attributes("placement_env.runtime", {"placed_module": "placement_env.runtime.placed_program",
+                                                            "write_back": "placement_env.runtime.placed_program",
                                                             "measure_step": "placement_env.runtime.measured_step",
                                                             "MeasuredStep": "placement_env.runtime.measured_step",
                                                             "run_pipeline": "placement_env.runtime.pipeline_runner",
@@ -37,4 +39,4 @@ else:  # torch loads when placed_module, measure_step or run_pipeline is first u
                                   globals())
 
 __all__ = ["MeasuredStep", "PipelinePlan", "PipelineRun", "SplitPoints", "local_cluster", "measure_step",
-           "pipeline_plan", "placed_module", "run_pipeline", "to_device_map", "to_split_points"]
+           "pipeline_plan", "placed_module", "run_pipeline", "to_device_map", "to_split_points", "write_back"]

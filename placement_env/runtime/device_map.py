@@ -12,6 +12,7 @@ accelerate runs them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -19,16 +20,33 @@ from placement_env.graph.model import ComputationGraph
 from placement_env.plan.module_tree import PlacedModules
 
 
-def to_device_map(graph: ComputationGraph, placement: Sequence[int] | np.ndarray) -> dict[str, int]:
-    """The coarsest ``{module name: device index}`` that ``placement`` (a device per op of ``graph``) implies,
-    in program order, for ``accelerate.dispatch_model`` (give it ``{name: devices[d]}`` for other device names).
+def to_device_map(graph: ComputationGraph, placement: Sequence[int] | np.ndarray,
+                  devices: Sequence[str | int] | None = None, model: Any = None) -> dict[str, Any]:
+    """The coarsest ``{module name: device}`` that ``placement`` (a device per op of ``graph``) implies, in program
+    order, for ``accelerate.dispatch_model``.
+
+    Args:
+        graph, placement: the graph (with module names) and a device index per op.
+        devices: what each device index names in the map (``["cpu", "cuda:1", "disk"]``, accelerate's names);
+            default the indices themselves (CUDA ordinals).
+        model: the model; when given, a module of it whose parameters no op reads (and which the graph therefore
+            does not know) joins the map on the device of the map's first entry, so that ``dispatch_model``, which
+            wants every parameter placed, takes the map.
 
     Raises:
         ValueError: the graph has no module names (import with ``from_torch(..., colocate_modules=True)``);
             the placement splits a module (its own ops on several devices; the error names it and them); or a
-            module holds parameters of its own on one device while its submodules are on others.
+            module holds parameters of its own on one device while its submodules are on others; a device index
+            ``devices`` does not name (the op is named).
     """
     placed = PlacedModules(graph, placement)
+    if devices is not None:
+        names = list(devices)
+        beyond = np.flatnonzero(placed.placement >= len(names))
+        if beyond.size:
+            i = int(beyond[0])
+            raise ValueError(f"op {graph.nodes[i].id!r} is placed on device {int(placed.placement[i])}, but devices "
+                             f"names {len(names)} ({', '.join(map(str, names))})")
     split = placed.split_modules()
     if split:
         name, devices = split[0]
@@ -52,4 +70,13 @@ def to_device_map(graph: ComputationGraph, placement: Sequence[int] | np.ndarray
             visit(child)
 
     visit("")
-    return out
+    if model is not None and out:
+        first = next(iter(out.values()))
+        covered = list(out)
+        for name, module in model.named_modules():
+            if not any(True for _ in module.parameters(recurse=False)):
+                continue
+            if not any(name == c or name.startswith(f"{c}.") or c == "" for c in covered):
+                out[name] = first  # parameters no op reads: anywhere will do, the first device
+                covered.append(name)
+    return out if devices is None else {name: names[d] for name, d in out.items()}

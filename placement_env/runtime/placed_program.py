@@ -13,7 +13,8 @@ graph's ops, by name), then the traced program is rewritten:
   back the same way.
 
 Its outputs and, after ``backward``, its parameters' gradients equal the model's (the same ops in the same order,
-only moved). The copies it makes are listed in ``placed.transfers`` as ``(producer op, device index)``; they
+only moved). It holds copies of the model's parameters: :func:`write_back` copies them into the model after
+training. The copies it makes are listed in ``placed.transfers`` as ``(producer op, device index)``; they
 are made between device indices, so that ``devices=["cpu", "cpu"]`` makes the copies of a two-device placement
 on one machine.
 """
@@ -75,7 +76,7 @@ def placed_module(model: nn.Module, example_inputs: Sequence[Any] | torch.Tensor
         aliases.setdefault(first, []).append(name)
     for target, op in holder.items():  # parameters and buffers to their holders' devices
         tensor = _attr(gm, target)
-        moved = tensor.detach().to(devices[index_of[op]])
+        moved = tensor.detach().to(devices[index_of[op]], copy=True)  # a copy on any device, as on another
         for name in aliases.get(target, [target]):  # a tied parameter stays one parameter under all its names
             owner, _, attr = name.rpartition(".")
             module = gm.get_submodule(owner) if owner else gm
@@ -118,6 +119,25 @@ def placed_module(model: nn.Module, example_inputs: Sequence[Any] | torch.Tensor
     gm.recompile()
     gm.transfers = transfers  # type: ignore[assignment]
     return gm
+
+
+def write_back(placed: torch.fx.GraphModule, model: nn.Module) -> None:
+    """Copy the parameters and buffers of ``placed`` (a :func:`placed_module` of ``model``, trained since) into
+    ``model``'s own, each onto the device the model keeps it on: ``placed_module`` trains copies, as
+    ``torch.fx`` does, and ``model`` keeps its old values until this is called (``nn.Module.to`` and
+    ``accelerate.dispatch_model`` move a model's own parameters instead).
+
+    Raises:
+        ValueError: ``placed`` lacks a parameter or buffer of ``model`` (it was placed from another model).
+    """
+    first = canonical_names(model)
+    with torch.no_grad():
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            try:
+                source = _attr(placed, first.get(name, name))
+            except AttributeError:
+                raise ValueError(f"the placed module has no {name!r}: it was placed from another model") from None
+            tensor.copy_(source.detach().to(tensor.device))
 
 
 def _attr(gm: torch.fx.GraphModule, target: str) -> Any:
