@@ -111,20 +111,34 @@ def main() -> None:
                 plans[key] = {"placers": [placer], "plan": plan, "rounds": [], "peaks": []}
         for _ in range(args.rounds):  # interleaved: every plan once a round
             for cell in plans.values():
+                if "error" in cell:
+                    continue
                 began = time.perf_counter()
-                run = run_pipeline(model, inputs, cell["plan"], steps=args.steps, example_kwargs=kwargs)
+                try:
+                    run = run_pipeline(model, inputs, cell["plan"], steps=args.steps, example_kwargs=kwargs)
+                except (RuntimeError, ValueError) as error:  # a plan the runtime cannot run: a finding, reported
+                    cell["error"] = str(error).splitlines()[0]
+                    continue
                 cell["rounds"].append(float(np.median(run.steps[1:])))
                 cell["peaks"].append(run.peak_memory.tolist())
                 cell["wall"] = time.perf_counter() - began
         model_rows = []
         for (_, m, schedule), cell in plans.items():
             plan = cell["plan"]
+            if "error" in cell:
+                rows.append({"model": name, "placers": " = ".join(cell["placers"]), "microbatches": m,
+                             "schedule": schedule, "stages": plan.num_stages, "split_spec": plan.split_spec,
+                             "error": cell["error"]})
+                print(f"{name:6s} m={m} {schedule:5s} {rows[-1]['placers']:44s} split at {plan.split_spec}: not run: "
+                      f"{cell['error']}", flush=True)
+                continue
             measured = min(cell["rounds"])
             spread = (max(cell["rounds"]) - measured) / measured
             peaks = np.min(np.array(cell["peaks"]), axis=0)
             simulated_peaks = [s.simulated_peak_memory for s in plan.stages]
             row = {"model": name, "placers": " = ".join(cell["placers"]), "microbatches": m, "schedule": schedule,
-                   "stages": plan.num_stages, "simulated_ms": plan.simulated_step_seconds * 1e3,
+                   "stages": plan.num_stages, "split_spec": plan.split_spec,
+                   "simulated_ms": plan.simulated_step_seconds * 1e3,
                    "measured_ms": measured * 1e3, "ratio": plan.simulated_step_seconds / measured,
                    "spread": spread, "rounds_ms": [t * 1e3 for t in cell["rounds"]],
                    "simulated_peak_mib": [p / 2**20 for p in simulated_peaks],
@@ -136,6 +150,8 @@ def main() -> None:
                   f"{row['simulated_ms']:8.2f} ms  measured {row['measured_ms']:8.2f} ms  ratio {row['ratio']:.2f}  "
                   f"spread {spread:.0%}  memory ratio {', '.join(f'{r:.2f}' for r in row['memory_ratio'])}",
                   flush=True)
+        if not model_rows:
+            continue
         sims = [r["simulated_ms"] for r in model_rows]
         measured = [r["measured_ms"] for r in model_rows]
         best_sim, best_real = int(np.argmin(sims)), int(np.argmin(measured))
@@ -152,16 +168,22 @@ def main() -> None:
         print(f"{name:6s} spearman {s['spearman']:.2f}; best simulated {s['simulated_best']}, fastest measured "
               f"{s['measured_best']} (the simulated best {'is' if s['best_within_spread'] else 'is not'} within "
               "the measured spread of the fastest)", flush=True)
-    errors = [abs(r["ratio"] - 1) for r in rows]
-    memory = [abs(x - 1) for r in rows for x in r["memory_ratio"]]
+        write_json(args.json, cluster, rows, summary)
+    ran = [r for r in rows if "error" not in r]
+    errors = [abs(r["ratio"] - 1) for r in ran]
+    memory = [abs(x - 1) for r in ran for x in r["memory_ratio"]]
     print(f"mean |simulated/measured - 1| {np.mean(errors):.1%}; cells within 20%: "
-          f"{sum(e <= 0.2 for e in errors)} / {len(rows)}; median spread of the measured rounds "
-          f"{np.median([r['spread'] for r in rows]):.1%}; stage peaks within 20%: {sum(e <= 0.2 for e in memory)} / "
-          f"{len(memory)}; models whose simulated best is measured fastest or within its spread: "
-          f"{sum(s['best_within_spread'] for s in summary)} / {len(summary)}", flush=True)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w") as f:
+          f"{sum(e <= 0.2 for e in errors)} / {len(ran)} ({len(rows) - len(ran)} plans not run); median spread "
+          f"of the measured rounds {np.median([r['spread'] for r in ran]):.1%}; stage peaks within 20%: "
+          f"{sum(e <= 0.2 for e in memory)} / {len(memory)}; models whose simulated best is measured fastest or "
+          f"within its spread: {sum(s['best_within_spread'] for s in summary)} / {len(summary)}", flush=True)
+
+
+def write_json(path: str | None, cluster: Any, rows: list[dict], summary: list[dict]) -> None:
+    """The rows so far (written after each model: a stopped run keeps what it measured)."""
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as f:
             json.dump({"machine": machine_line(), "command": " ".join(sys.argv),
                        "link": {"latency_s": float(cluster.latency[0, 1]),
                                 "bandwidth_Bps": float(cluster.bandwidth[0, 1])},
