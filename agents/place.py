@@ -36,6 +36,7 @@ from placement_env.sim.pipeline import Step
 
 DEFAULT_BUDGET_SECONDS = 10.0  # agents.learned.placer.DEFAULT_BUDGET_SECONDS (a test holds them equal)
 DEFAULT_SAMPLES = 512  # agents.learned.placer.DEFAULT_SAMPLES
+MAX_SAMPLES = 65_536  # agents.learned.placer.MAX_SAMPLES (a test holds them equal)
 
 
 def build_parser() -> OneLineParser:
@@ -68,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--budget-seconds must be positive, got {args.budget_seconds!r}")
             if args.zero_shot:
                 raise ValueError("--zero-shot takes no --budget-seconds (it does not search)")
-        checked_count("--samples", args.samples, 1)
+        if checked_count("--samples", args.samples, 1) > MAX_SAMPLES:
+            raise ValueError(f"--samples must be at most {MAX_SAMPLES:,} (placements drawn and judged at once), "
+                             f"got {args.samples:,}")
         checked_count("--passes", args.passes, 1)
         if args.passes > 1 and not args.zero_shot:
             raise ValueError("--passes is for --zero-shot (the fine-tuning searches instead)")

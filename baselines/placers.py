@@ -107,7 +107,7 @@ def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed:
     ``contiguous``: pipeline stages in program order, as pipeline runtimes need (:mod:`baselines.stages`;
     :data:`CONTIGUOUS_PLACERS`); on a module-granular graph no module is split (as by every placer).
 
-    Raises ``ValueError`` for an unknown placer and
+    Raises ``ValueError`` for an unknown placer, ``TypeError`` for a ``step`` that is not a :class:`Step`, and
     :class:`~baselines.memory.PlacementInfeasibleError` when the placer finds nothing within memory. The order
     before 0.2.0, ``place(name, graph, cluster)``, still works, with a ``DeprecationWarning``."""
     if isinstance(graph, str) and not isinstance(placer, str):  # place(graph, cluster, "heft"): the former order
@@ -117,5 +117,8 @@ def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed:
     if placer not in PLACERS:
         raise ValueError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
     checked_instance("graph", graph, ComputationGraph)
+    if not isinstance(step, Step):
+        raise TypeError(f"step must be a Step (Step(8, \"1f1b\") for 8 micro-batches), got {type(step).__name__} "
+                        f"{step!r}")
     placers = CONTIGUOUS_PLACERS if contiguous else PLACERS
     return placers[placer](graph, cluster, seed, step=step.checked(graph))

@@ -34,7 +34,7 @@ from placement_env.cli import (
     run_cli,
 )
 from placement_env.graph.placement_io import read_placement
-from placement_env.json_files import write_text_atomically
+from placement_env.json_files import write_json_file, write_text_atomically
 from placement_env.plan.pipeline_plan import PipelinePlan, pipeline_plan
 from placement_env.runtime import to_device_map, to_split_points
 from placement_env.sim.chrome_trace import write_chrome_trace
@@ -133,11 +133,12 @@ def export(args: argparse.Namespace) -> int:
         exported = to_split_points(graph, placement).to_dict()
     else:
         exported = pipeline_plan(graph, placement, cluster, **step).to_dict()
-    text = json.dumps(exported, indent=1)
-    if args.out:
-        write_text_atomically(args.out, text + "\n")
+    if args.out and args.out.endswith(".gz"):
+        write_json_file(exported, args.out)  # gzipped, as the project's own readers take it
+    elif args.out:
+        write_text_atomically(args.out, json.dumps(exported, indent=1) + "\n")
     else:
-        print(text)
+        print(json.dumps(exported, indent=1))
     return 0
 
 

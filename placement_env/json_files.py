@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -98,14 +99,28 @@ def write_json_file(obj: Any, path: str | os.PathLike) -> None:
 def replace_atomically(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path in ``path``'s folder to write, renamed to ``path`` when the block ends without an error (and
     removed otherwise): a reader, or a kill at any moment, sees the old file or the new one, never a part of one.
-    The temporary name keeps ``path``'s suffix, for writers that choose a format by it (matplotlib)."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    The temporary name keeps ``path``'s suffix, for writers that choose a format by it (matplotlib). A ``path``
+    that is a symbolic link keeps its link (the file it names is replaced), and a file replaced keeps its
+    permissions."""
+    path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
+    temporary = temporary_path(path)
     try:
         yield temporary
+        if path.exists():
+            os.chmod(temporary, stat.S_IMODE(path.stat().st_mode))
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+TEMPORARY_MARK = "dp-tmp"
+
+
+def temporary_path(path: Path) -> Path:
+    """The temporary file an atomic write of ``path`` fills: ``.<name>.<pid>.dp-tmp<suffix>`` in its folder (the
+    name cut to stay within a file system's 255 bytes; the mark keeps a user's own ``.tmp`` files out of
+    :func:`remove_stale_temporaries`)."""
+    return path.with_name(f".{path.stem[:120]}.{os.getpid()}.{TEMPORARY_MARK}{path.suffix[:40]}")
 
 
 def digest_of(data: Any) -> str:
@@ -115,12 +130,12 @@ def digest_of(data: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-TEMPORARY_NAME = re.compile(r"^\..+\.(\d+)\.tmp")  # what replace_atomically and the checkpoint writer leave
+TEMPORARY_NAME = re.compile(rf"^\..*\.(\d+)\.{TEMPORARY_MARK}")  # what temporary_path names
 
 
 def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
-    """Remove the temporary files a killed atomic write left in ``folder`` (``.name.<pid>.tmp...`` of a process
-    that no longer runs); returns those removed. A live writer's files are left alone."""
+    """Remove the temporary files a killed atomic write left in ``folder`` (:func:`temporary_path`'s, of a process
+    that no longer runs); returns those removed. A live writer's files, and any other file, are left alone."""
     removed: list[Path] = []
     folder = Path(folder)
     if not folder.is_dir():

@@ -147,7 +147,7 @@ def assert_cache_consistent(out: Path) -> int:
     files = list((out / "runs").glob("*/run.json"))
     for file in files:
         assert "makespan" in json.loads(file.read_text())
-    assert not list((out / "runs").glob("*/.run*.tmp*"))
+    assert not list((out / "runs").glob("*/.run*dp-tmp*"))
     return len(files)
 
 

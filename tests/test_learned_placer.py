@@ -235,6 +235,7 @@ def test_benchmark_command_errors_are_one_line(args, message, capsys, tmp_path):
     (["--zero-shot", "--passes", "0"], "--passes"),
     (["--graph", "nope"], "nope"),
     (["--zero-shot", "--out", "no/such/folder/p.json"], "folder 'no/such/folder' does not exist"),
+    (["--zero-shot", "--samples", "100000000"], "--samples must be at most 65,536"),
 ])
 def test_place_command_errors_are_one_line(args, message, capsys):
     from agents.place import main
@@ -395,3 +396,13 @@ def test_a_policy_file_is_read_once_until_it_changes(tmp_path):
     second = load_placement_policy(path)
     assert second is not first
     assert not torch.equal(next(first.parameters()), next(second.parameters()))
+
+
+def test_the_command_s_sample_bound_is_the_placer_s():
+    import agents.learned.placer as placer
+    import agents.place as command
+
+    assert command.MAX_SAMPLES == placer.MAX_SAMPLES and command.DEFAULT_SAMPLES == placer.DEFAULT_SAMPLES
+    with pytest.raises(ValueError, match="samples must be at most 65,536"):
+        placer.place(load_graph("cifar10/0"), Cluster.preset("p100", 3), new_network(), zero_shot=True,
+                     samples=placer.MAX_SAMPLES + 1)

@@ -191,11 +191,27 @@ def test_temporaries_of_a_killed_write_are_removed_and_a_live_writer_s_kept(tmp_
     from placement_env.json_files import remove_stale_temporaries
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = tmp_path / f".checkpoint.zip.{dead.stdout.strip()}.tmp"
-    live = tmp_path / f".results.{os.getpid()}.tmp.json"
-    for path in (stale, live):
+    stale = tmp_path / f".checkpoint.zip.{dead.stdout.strip()}.dp-tmp"
+    live = tmp_path / f".results.{os.getpid()}.dp-tmp.json"
+    users = tmp_path / f".x.{dead.stdout.strip()}.tmp"  # a user's own file of that shape is not ours to remove
+    for path in (stale, live, users):
         path.write_text("half")
-    assert remove_stale_temporaries(tmp_path) == [stale] and live.exists() and not stale.exists()
+    assert remove_stale_temporaries(tmp_path) == [stale] and live.exists() and users.exists()
+
+
+def test_an_atomic_write_keeps_a_link_the_file_s_mode_and_takes_a_long_name(tmp_path):
+    from placement_env.json_files import write_json_file, write_text_atomically
+
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    target.chmod(0o640)
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_text_atomically(link, "new")
+    assert link.is_symlink() and target.read_text() == "new" and (target.stat().st_mode & 0o777) == 0o640
+    long = tmp_path / ("n" * 244 + ".json")  # 249 characters: a valid name whose temporary must stay valid too
+    write_json_file({"a": 1}, long)
+    assert json.loads(long.read_text()) == {"a": 1}
 
 
 # ------------------------------------------------------------------------------ train.py's resume

@@ -261,6 +261,12 @@ def test_the_export_command_writes_json_and_says_what_is_wrong_in_one_line(tmp_p
     assert placement_env_main(["export", "--graph", str(graph_file), "--placement", str(placement_file),
                                "--format", "split-points"]) == 0
     assert json.loads(capsys.readouterr().out)["parts"] == [0, 3, 4, 6]
+    zipped = tmp_path / "stages.json.gz"  # gzipped, as its name says and the project's reader takes it
+    assert placement_env_main(["export", "--graph", str(graph_file), "--placement", str(placement_file),
+                               "--format", "split-points", "--out", str(zipped)]) == 0
+    from placement_env.json_files import read_json_file
+
+    assert read_json_file(zipped)["parts"] == [0, 3, 4, 6]
     import subprocess
     import sys
 
@@ -285,3 +291,20 @@ def test_placements_of_every_placer_on_a_module_granular_graph_export(net_graph)
         placement = np.asarray(PLACERS[name](net_graph, cluster, 0))
         device_map = to_device_map(net_graph, placement)  # never a split module
         assert set(device_map.values()) <= set(placement.tolist())
+
+
+class OwnParameters(nn.Module):
+    """Parameters on the model itself, no submodule."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x):
+        return x @ self.weight
+
+
+def test_split_points_of_a_model_without_submodules_are_one_error():
+    g = from_torch(OwnParameters(), (torch.randn(2, 3),))
+    with pytest.raises(ValueError, match="has no op of a submodule: a pipeline stage begins at a submodule"):
+        to_split_points(g, [0] * g.num_nodes)

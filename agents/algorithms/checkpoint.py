@@ -34,7 +34,7 @@ import torch
 
 from agents.policies.features_extractor import binary_count, observation_sizes
 from graph_encoders import build_encoder
-from placement_env.json_files import byte_limit
+from placement_env.json_files import byte_limit, temporary_path
 
 FORMAT = "device-placement-checkpoint"
 VERSION = 2
@@ -135,7 +135,7 @@ def write_checkpoint(checkpoint: Checkpoint, path: str | os.PathLike) -> None:
             "algo_kwargs": checkpoint.algo_kwargs, "observation_space": space_to_json(checkpoint.observation_space),
             "num_timesteps": int(checkpoint.num_timesteps)}
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = temporary_path(path)
     try:
         with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as archive:
             archive.writestr("checkpoint.json", json.dumps(meta, indent=1))

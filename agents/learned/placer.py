@@ -58,6 +58,8 @@ from .policy_file import ALGO, load_policy, shipped_policy_path
 
 DEFAULT_BUDGET_SECONDS = 10.0
 DEFAULT_SAMPLES = 512
+MAX_SAMPLES = 65_536
+"""The most placements one forward pass draws (each a device per unit, judged at once: memory grows with it)."""
 ZERO_SHOT_TEMPERATURE = 0.25  # logits divided by it: sharper than the policy's own (1.0)
 ROUNDS_PER_BUDGET = 8  # each of a round's two chains anneals for budget / ROUNDS_PER_BUDGET seconds
 EXPLORE_SHARE = 0.6  # the part of the budget first spent annealing from each of the EXPLORE_STARTS best starts
@@ -267,7 +269,9 @@ def _learned_placement(graph: ComputationGraph, cluster: Cluster, policy: Any, b
                        on_search: Callable[[], None] | None = None) -> LearnedPlacement:
     """:func:`place` with a placer policy."""
     budget = checked_budget(DEFAULT_BUDGET_SECONDS if budget_seconds is None else budget_seconds)
-    checked_count("samples", samples, 1)
+    if checked_count("samples", samples, 1) > MAX_SAMPLES:
+        raise ValueError(f"samples must be at most {MAX_SAMPLES:,} (placements drawn and judged at once), got "
+                         f"{samples:,}")
     checked_count("passes", passes, 1)
     network = copy.deepcopy(load_placement_policy(policy))  # fine-tuning must not change the caller's policy
     problem = fitted_problem(graph, cluster, network, seed, step)

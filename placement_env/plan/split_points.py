@@ -49,8 +49,9 @@ def to_split_points(graph: ComputationGraph, placement: Sequence[int] | np.ndarr
     """The pipeline stages of ``placement`` (a device per op of ``graph``; see the module docstring).
 
     Raises:
-        ValueError: the graph has no module names; the placement splits a module; it is not contiguous (the
-            error names the first op whose device had already given way to another).
+        ValueError: the graph has no module names, or no op of a submodule (no stage could begin anywhere); the
+            placement splits a module; it is not contiguous (the error names the first op whose device had
+            already given way to another).
     """
     placed = PlacedModules(graph, placement)
     split = placed.split_modules()
@@ -73,6 +74,9 @@ def to_split_points(graph: ComputationGraph, placement: Sequence[int] | np.ndarr
             raise ValueError(f"the placement is not contiguous: op {node.id!r} (module {node.module!r}) is on "
                              f"device {device}, whose stage ended when device {order[-1]}'s began; pipeline "
                              "stages need each device's ops in one run of the program")
+    if not order:
+        raise ValueError(f"graph {graph.name!r} has no op of a submodule: a pipeline stage begins at a submodule, "
+                         "and this model's ops (and parameters) are all its own (module '')")
     # the stages of each module's own ops (several for a module whose own ops lie around submodules in stages)
     stages_of_module = {m: {stage_of[d] for d in devices if d in stage_of} for m, devices in placed.own.items() if m}
     split_spec = []
