@@ -75,6 +75,8 @@ def test_resume_continues_from_the_checkpoint(graph_file, tmp_path):
         run(graph_file, tmp_path, "--encoder", "fadp-gt", "--timesteps", "48", "--resume")
     with pytest.raises(ValueError, match="has expected moves 1.0, the command line asks for 0.0"):
         run(graph_file, tmp_path, "--encoder", "gcn", "--expected-moves", "0", "--timesteps", "48", "--resume")
+    with pytest.raises(ValueError, match="judged placements by 1 batch, the command line asks for 2 micro-batches"):
+        run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "48", "--resume", "--microbatches", "2")
     (tmp_path / "tracker.json").write_text("{")
     with pytest.raises(ValueError, match="tracker.json' is not a tracker file written by train.py"):
         run(graph_file, tmp_path, "--encoder", "gcn", "--timesteps", "48", "--resume")

@@ -37,6 +37,7 @@ from graph_encoders import build_encoder, list_encoders
 from placement_env import Cluster, ComputationGraph
 from placement_env.envs.task import CoarsenedGraphWarning
 from placement_env.json_files import remove_stale_temporaries, write_text_atomically
+from placement_env.sim.pipeline import Step
 
 CHECKPOINT = "checkpoint.zip"
 
@@ -233,6 +234,13 @@ def _train(config: TrainConfig, graphs: list[ComputationGraph], cluster: Cluster
             except (ValueError, KeyError, TypeError, IndexError) as error:
                 raise ValueError(f"--resume: {str(out / 'tracker.json')!r} is not a tracker file written by "
                                  f"train.py ({type(error).__name__}: {error})") from None
+            asked = Step(config.microbatches, config.schedule)
+            if tracker.step is not None and tuple(tracker.step) != asked:  # its best is of another step
+                had = Step(int(tracker.step[0]), str(tracker.step[1]))
+                raise ValueError(f"--resume: the run in {config.out!r} judged placements by {had.describe()}, the "
+                                 f"command line asks for {asked.describe()}; give the same --microbatches and "
+                                 "--schedule, or another --out")
+    tracker.step = [config.microbatches, config.schedule]
     clock = SearchClock(config.budget_seconds, tracker.resumed_seconds)
     tracker.elapsed = clock.elapsed
     env = make_env(config)

@@ -19,6 +19,7 @@ class BestTracker:
         self.curve: list[tuple[int, float]] = []  # (environment steps, seconds)
         self.elapsed: Callable[[], float] = lambda: 0.0  # search seconds so far (SearchClock.elapsed)
         self.resumed_seconds = 0.0  # search seconds of the runs this one resumes
+        self.step: list[Any] | None = None  # [micro-batches, schedule] the makespans are of (None: not recorded)
 
     def update(self, info: dict[str, Any], steps: int) -> None:
         """Take in one environment step's ``info`` (``graph``, ``best_makespan``, ``best_oom``,
@@ -41,7 +42,7 @@ class BestTracker:
     def state(self) -> dict[str, Any]:
         """Plain data for ``tracker.json``."""
         return {"best": {name: [list(key), placement] for name, (key, placement) in self.best.items()},
-                "found_at": self.found_at, "elapsed": self.elapsed(), "curve": self.curve}
+                "found_at": self.found_at, "elapsed": self.elapsed(), "curve": self.curve, "step": self.step}
 
     def load(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state` of an earlier run."""
@@ -49,3 +50,4 @@ class BestTracker:
         self.found_at = dict(state.get("found_at", {}))
         self.resumed_seconds = float(state.get("elapsed", 0.0))
         self.curve = [(int(s), float(v)) for s, v in state["curve"]]
+        self.step = state.get("step")
