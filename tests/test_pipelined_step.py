@@ -4,6 +4,7 @@ unrolled graph, bad input; the compiled simulator against the literal reference 
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import gymnasium
 import numpy as np
@@ -50,6 +51,32 @@ def test_a_uniform_chain_ends_at_m_plus_p_minus_one_stage_times(schedule, p, m):
     assert ref["makespan"] == pytest.approx((m + p - 1) * (f + b))
     got = simulate(g, stages(p), free_cluster(p), microbatches=m, schedule=schedule)
     assert got.makespan == ref["makespan"]
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+@pytest.mark.parametrize("p,m", [(2, 3), (4, 8)])
+def test_a_micro_batch_pays_an_op_s_fixed_cost_in_full(schedule, p, m):
+    """Each op's fixed part (0.25 forward, 0.5 backward) is paid per micro-batch, the rest divided by m."""
+    f, b, phi, psi = 1.0, 2.0, 0.25, 0.5  # per micro-batch: the variable parts, then the fixed ones
+    base = chain(p, f * m + phi, b * m + psi)
+    g = ComputationGraph([replace(n, fixed_cost=phi if n.phase == "forward" else psi) for n in base.nodes],
+                         base.edges(), name="fixed")
+    expected = (m + p - 1) * (f + phi + b + psi)  # cost per copy: fixed + (cost - fixed) / m
+    ref = simulate_reference(g, stages(p), free_cluster(p), microbatches=m, schedule=schedule)
+    assert ref["makespan"] == pytest.approx(expected)
+    assert simulate(g, stages(p), free_cluster(p), microbatches=m, schedule=schedule).makespan == ref["makespan"]
+    assert simulate(g, stages(p), free_cluster(p)).makespan == pytest.approx(p * (f * m + phi + b * m + psi))
+
+
+def test_a_fixed_cost_above_the_cost_is_refused_and_round_trips_through_the_file(tmp_path):
+    from placement_env import read_graph
+
+    with pytest.raises(ValueError, match="node 'a': fixed_cost 2.0 is more than its cost 1.0"):
+        ComputationGraph([Node("a", "op", 1.0, fixed_cost=2.0)])
+    g = ComputationGraph([Node("a", "op", 1.0, fixed_cost=0.25), Node("b", "op", 1.0)], [Edge("a", "b")])
+    write_graph(g, tmp_path / "g.json")
+    assert read_graph(tmp_path / "g.json").nodes[0].fixed_cost == 0.25
+    assert "fixed_cost" not in json.loads((tmp_path / "g.json").read_text())["nodes"][1]  # digests of old graphs
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])

@@ -275,3 +275,12 @@ def test_half_precision_counts_bytes_in_it_and_costs_products_at_the_tensor_core
         from_torch(model, (x,), device_kind="p100", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="dtype must be one of"):
         from_torch(model, (x,), dtype=torch.int8)
+
+
+def test_every_op_records_its_fixed_cost_the_part_a_micro_batch_pays_in_full():
+    model, x = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8)), torch.randn(32, 64)
+    roofline = from_torch(model, x, device_kind="p100")
+    ops = [n for n in roofline.nodes if n.cost > 0]
+    assert all(n.fixed_cost == pytest.approx(min(n.cost, 5e-6)) for n in ops)  # the P100's launch overhead
+    profiled = from_torch(model, x, profile=True, repeats=3)
+    assert all(0 < n.fixed_cost <= n.cost for n in profiled.nodes if n.cost > 0)

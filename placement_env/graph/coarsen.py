@@ -127,7 +127,7 @@ def coarsen(graph: ComputationGraph, max_units: int, name: str | None = None) ->
             _merge_topological_runs(units, max_units)
     groups = {root: f"coarse{i}" for i, root in enumerate(units.roots())}
     nodes = [Node(n.id, n.op, n.cost, n.output_bytes, n.param_bytes, groups[units.find(int(graph.unit_of[i]))],
-                  n.flops, n.phase, n.module) for i, n in enumerate(graph.nodes)]
+                  n.flops, n.phase, n.module, n.fixed_cost) for i, n in enumerate(graph.nodes)]
     return ComputationGraph(nodes, graph.edges(), name=name or f"{graph.name}-coarse{max_units}", batch=graph.batch)
 
 

@@ -22,8 +22,9 @@ from placement_env.json_files import digest_of, read_json_file, write_json_file
 
 GRAPH_FORMAT = "device-placement-graph"
 GRAPH_VERSION = 1
-_NODE_FIELDS = ("id", "op", "cost", "output_bytes", "param_bytes", "colocation", "flops", "phase", "module")
-_OPTIONAL = ("colocation", "flops", "phase", "module")
+_NODE_FIELDS = ("id", "op", "cost", "output_bytes", "param_bytes", "colocation", "flops", "phase", "module",
+                "fixed_cost")
+_OPTIONAL = ("colocation", "flops", "phase", "module", "fixed_cost")
 _GRAPH_FIELDS = ("format", "version", "name", "batch", "nodes", "edges")
 
 

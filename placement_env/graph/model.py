@@ -43,6 +43,8 @@ class Node:
         module: qualified name of the ``nn.Module`` the op came from (``layers.3.mlp``; ``""`` the model
             itself), where the graph was imported from a model (:func:`~placement_env.importers.pytorch.from_torch`);
             what a placement is exported by (:mod:`placement_env.runtime`).
+        fixed_cost: the part of ``cost`` (seconds) an op takes whatever the size of its batch (a call's dispatch
+            and launch), which a micro-batch pays in full (``docs/spec/simulator.md`` section 3a); None: 0.
     """
 
     id: str
@@ -54,6 +56,7 @@ class Node:
     flops: float | None = None
     phase: str | None = None
     module: str | None = None
+    fixed_cost: float | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,10 @@ class ComputationGraph:
                 raise ValueError(f"graph {self.name!r}: duplicate node id {node.id!r} (nodes {index[node.id]} and {i})")
             index[node.id] = i
             _check_number(node.cost, f"node {node.id!r}: cost", MAX_COST_SECONDS)
+            if node.fixed_cost is not None and _check_number(node.fixed_cost, f"node {node.id!r}: fixed_cost",
+                                                              MAX_COST_SECONDS) > float(node.cost):
+                raise ValueError(f"node {node.id!r}: fixed_cost {node.fixed_cost!r} is more than its cost "
+                                 f"{node.cost!r}")
             _check_number(node.output_bytes, f"node {node.id!r}: output_bytes")
             _check_number(node.param_bytes, f"node {node.id!r}: param_bytes")
             if node.flops is not None:
@@ -387,6 +394,7 @@ class ComputationGraph:
                     flops=attrs.get("flops"),
                     phase=attrs.get("phase"),
                     module=attrs.get("module"),
+                    fixed_cost=attrs.get("fixed_cost"),
                 )
             )
         edges = [Edge(str(s), str(d), attrs.get("bytes")) for s, d, attrs in g.edges(data=True)]
@@ -396,9 +404,10 @@ class ComputationGraph:
         return ComputationGraph(self.nodes, self.edges(), name=name, batch=self.batch)
 
     def without_modules(self) -> ComputationGraph:
-        """The same graph with no op's ``module`` recorded (as graphs were before module names)."""
-        return ComputationGraph([replace(n, module=None) for n in self.nodes], self.edges(), name=self.name,
-                                batch=self.batch)
+        """The same graph with no op's ``module`` nor ``fixed_cost`` recorded (as the benchmark's suites and real
+        models were made, before either: their files and content digests stay as they were)."""
+        return ComputationGraph([replace(n, module=None, fixed_cost=None) for n in self.nodes], self.edges(),
+                                name=self.name, batch=self.batch)
 
     def edges(self) -> list[Edge]:
         """The edges as :class:`Edge` records, in stored order."""

@@ -59,8 +59,8 @@ def to_training_graph(forward: ComputationGraph, name: str | None = None,
         grad_id.append(fresh(node.id + GRAD_SUFFIX, ids))
 
     ptr, preds, _ = forward.predecessors
-    nodes = [Node(n.id, n.op, n.cost, n.output_bytes, n.param_bytes, group_of[i], n.flops, "forward", n.module)
-             for i, n in enumerate(forward.nodes)]
+    nodes = [Node(n.id, n.op, n.cost, n.output_bytes, n.param_bytes, group_of[i], n.flops, "forward", n.module,
+                  n.fixed_cost) for i, n in enumerate(forward.nodes)]
     backward = []
     for i in reversed(range(forward.num_nodes)):
         n = forward.nodes[i]
@@ -68,8 +68,9 @@ def to_training_graph(forward: ComputationGraph, name: str | None = None,
         in_grad_bytes = sum(forward.nodes[int(u)].output_bytes for u in preds[ptr[i]:ptr[i + 1]])
         flops = None if n.flops is None else n.flops * factor
         cost = float(backward_costs[n.id]) if n.id in backward_costs else n.cost * factor
+        fixed = None if n.fixed_cost is None else min(n.fixed_cost, cost)  # one call's fixed part, as forward
         backward.append(Node(grad_id[i], n.op + GRAD_SUFFIX, cost, in_grad_bytes, 0, group_of[i], flops,
-                             "backward", n.module))
+                             "backward", n.module, fixed))
     nodes += backward
 
     edges = list(forward.edges())

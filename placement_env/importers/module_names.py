@@ -84,5 +84,5 @@ def colocate_by_module(nodes: list[Node], depth: int | None) -> list[Node]:
         else:
             group = None
         out.append(Node(node.id, node.op, node.cost, node.output_bytes, node.param_bytes, group, node.flops,
-                        node.phase, node.module))
+                        node.phase, node.module, node.fixed_cost))
     return out

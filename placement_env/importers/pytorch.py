@@ -155,6 +155,20 @@ def _op_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
     return name.split(".")[0]  # "conv2d.default" -> "conv2d"
 
 
+def _call_seconds(repeats: int) -> float:
+    """This machine's seconds of one op call whatever its size: the median time of an op on a one-element tensor
+    recording autograd, timed as the recorder times ops (the part of a profiled op's cost that does not shrink
+    with a micro-batch: ``Node.fixed_cost``)."""
+    x = torch.ones(1, requires_grad=True)
+    times = []
+    with torch.enable_grad():
+        for _ in range(max(repeats, 5) * 4):
+            t0 = time.perf_counter()
+            torch.mul(x, 2.0)
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 class _Recorder(torch.fx.Interpreter):
     """Runs the graph once, recording each op's output bytes, FLOPs and (optionally) measured forward and
     backward times."""
@@ -163,6 +177,7 @@ class _Recorder(torch.fx.Interpreter):
         super().__init__(gm)
         self.profile, self.repeats, self.backward = profile, repeats, backward
         self.records: dict[str, dict] = {}
+        self.call_seconds = _call_seconds(repeats) if profile else 0.0
 
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op not in ("call_function", "call_method", "call_module"):
@@ -400,10 +415,12 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
                  + sum(out_bytes[k] for k in shared_reads))
         if profile:
             cost = record["measured"]
+            fixed = min(cost, recorder.call_seconds)
         else:
             # the roofline time on a device of the kind, in seconds of the reference device (spec section 1):
             # the simulator divides by the kind's speed again, so a cluster of that kind runs it in that time
             cost = reference_speed * roofline_seconds(roof, record["flops"], moved, precision)
+            fixed = min(cost, reference_speed * roof.launch_overhead)
         op = _op_name(gm, n)
         aliasing = op in ALIASING_OPS or (op.endswith("_") and not op.endswith("__"))  # in-place ops too
         coloc = None
@@ -412,7 +429,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
             coloc = group.setdefault(source, f"{source}/alias")
             group[n.name] = coloc
         nodes.append(Node(n.name, op, float(cost), int(record["output_bytes"]), int(param_b), coloc,
-                          float(record["flops"]), module=modules.of_node(n)))
+                          float(record["flops"]), module=modules.of_node(n), fixed_cost=float(fixed)))
         producers[n.name] = n.name
         out_bytes[n.name] = record["output_bytes"]
         seen = set()
@@ -422,7 +439,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
                 edges.append(Edge(source, n.name))
     # an op whose group was created after it was added (its first aliasing consumer came later) joins it
     nodes = [Node(x.id, x.op, x.cost, x.output_bytes, x.param_bytes, group.get(x.id, x.colocation), x.flops,
-                  module=x.module) for x in nodes]
+                  module=x.module, fixed_cost=x.fixed_cost) for x in nodes]
     if colocate_modules is not False:
         nodes = colocate_by_module(nodes, None if colocate_modules is True else colocate_modules)
     graph = ComputationGraph(nodes, edges, name=name or type(module).__name__, batch=_batch_of(inputs))

@@ -1,8 +1,8 @@
 """The pipelined step's unrolled graph and schedule rule (``docs/spec/simulator.md`` section 3a).
 
 * :func:`unrolled` builds (once per graph and micro-batch count) the graph of m micro-batches: every batch op
-  ``v`` as the copies ``v@0 .. v@{m-1}`` with cost divided by m and bytes divided by m (rounded up to a whole
-  byte), the update ops once, the
+  ``v`` as the copies ``v@0 .. v@{m-1}`` with its fixed cost plus the rest of its cost divided by m, and bytes
+  divided by m (rounded up to a whole byte), the update ops once, the
   parameters held once (copy 0 carries ``param_bytes``).
 * :func:`schedule_keys` is the order in which a device picks its ready ops under a schedule; :func:`stage_caps`
   the 1F1B limit of micro-batches in flight per device.
@@ -149,8 +149,9 @@ def _unroll(graph: ComputationGraph, m: int) -> Unrolled:
     for k in range(m):
         for i in batch:
             n = graph.nodes[i]
-            nodes.append(replace(n, id=f"{n.id}@{k}", cost=n.cost / m, output_bytes=_share(n.output_bytes, m),
-                                 param_bytes=n.param_bytes if k == 0 else 0.0))
+            fixed = n.fixed_cost or 0.0  # paid by every micro-batch; the rest scales with its size
+            nodes.append(replace(n, id=f"{n.id}@{k}", cost=fixed + (n.cost - fixed) / m, fixed_cost=None,
+                                 output_bytes=_share(n.output_bytes, m), param_bytes=n.param_bytes if k == 0 else 0.0))
             origin.append(i)
             micro.append(k)
     for i in once:
