@@ -24,6 +24,10 @@ every operation:
   speed, an op takes its roofline time: one reference for every cost), or, with
   ``profile=True``, the median of ``repeats`` timed runs of the op on this machine.
 
+* ``fixed_cost``: the part of ``cost`` a call takes whatever its batch, paid in full by each micro-batch of a
+  pipelined step: the roofline's launch overhead, or, profiled, the median measured time of the graph's views
+  (ops that compute nothing: the call alone), forward and backward apart; at most the op's cost.
+
 Views, ``getitem`` and in-place ops (names ending in ``_``) are colocated with
 the producer of their first input: they alias its memory. User inputs become
 zero-cost ``input`` ops. With ``training=True`` (the default) the result is the
@@ -44,6 +48,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -155,20 +160,6 @@ def _op_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
     return name.split(".")[0]  # "conv2d.default" -> "conv2d"
 
 
-def _call_seconds(repeats: int) -> float:
-    """This machine's seconds of one op call whatever its size: the median time of an op on a one-element tensor
-    recording autograd, timed as the recorder times ops (the part of a profiled op's cost that does not shrink
-    with a micro-batch: ``Node.fixed_cost``)."""
-    x = torch.ones(1, requires_grad=True)
-    times = []
-    with torch.enable_grad():
-        for _ in range(max(repeats, 5) * 4):
-            t0 = time.perf_counter()
-            torch.mul(x, 2.0)
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 class _Recorder(torch.fx.Interpreter):
     """Runs the graph once, recording each op's output bytes, FLOPs and (optionally) measured forward and
     backward times."""
@@ -177,7 +168,6 @@ class _Recorder(torch.fx.Interpreter):
         super().__init__(gm)
         self.profile, self.repeats, self.backward = profile, repeats, backward
         self.records: dict[str, dict] = {}
-        self.call_seconds = _call_seconds(repeats) if profile else 0.0
 
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op not in ("call_function", "call_method", "call_module"):
@@ -372,6 +362,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         torch.set_num_threads(threads)
     roof = ROOFLINE_DEVICES[device_kind]
     reference_speed = DEVICE_KINDS[device_kind].speed
+    fixed_forward, fixed_backward = _call_costs(gm, recorder.records) if profile else (0.0, 0.0)
 
     params = {}
     for pname, p in gm.named_parameters():  # buffers (running statistics) are not trained: not charged
@@ -415,7 +406,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
                  + sum(out_bytes[k] for k in shared_reads))
         if profile:
             cost = record["measured"]
-            fixed = min(cost, recorder.call_seconds)
+            fixed = min(cost, fixed_forward)
         else:
             # the roofline time on a device of the kind, in seconds of the reference device (spec section 1):
             # the simulator divides by the kind's speed again, so a cluster of that kind runs it in that time
@@ -447,4 +438,24 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         return graph
     backward_costs = {op: record["measured_backward"] for op, record in recorder.records.items()
                       if "measured_backward" in record}
-    return to_training_graph(graph, name=graph.name, backward_costs=backward_costs)
+    trained = to_training_graph(graph, name=graph.name, backward_costs=backward_costs)
+    if not profile:
+        return trained
+    return ComputationGraph([replace(n, fixed_cost=min(n.cost, fixed_backward)) if n.phase == "backward"
+                             and n.fixed_cost is not None else n for n in trained.nodes], trained.edges(),
+                            name=trained.name, batch=trained.batch)
+
+
+def _call_costs(gm: torch.fx.GraphModule, records: dict[str, dict]) -> tuple[float, float]:
+    """The profile's seconds of an op call that computes nothing, forward and backward: the median measured time
+    of its views (an alias, a reshape: no arithmetic, only the call), each op's fixed cost (at most its cost);
+    without views, the cheapest op's."""
+    views = [records[n.name] for n in gm.graph.nodes if n.name in records and "measured" in records[n.name]
+             and _op_name(gm, n) in ALIASING_OPS]
+    measured = [r for r in records.values() if "measured" in r]
+    if not measured:
+        return 0.0, 0.0
+    forward = statistics.median([r["measured"] for r in views]) if views else min(r["measured"] for r in measured)
+    backward_views = [r["measured_backward"] for r in views if "measured_backward" in r]
+    backward = statistics.median(backward_views) if backward_views else forward
+    return forward, backward
