@@ -2,7 +2,8 @@
 
     python benchmarks/fidelity.py [--repeats 5] [--rounds 3] [--models mlp,cnn,...] [--json out.json]
 
-For each model (an MLP, a ResNet-style CNN, a transformer encoder, a two-branch model, an LSTM), the graph
+For each model (an MLP, a ResNet-style CNN, a transformer encoder, a two-branch model, an LSTM, and two the
+project did not write: Hugging Face's GPT-2 and BERT of ``benchmarks/pipeline_fidelity.py``), the graph
 is imported with ``from_torch(..., profile=True)`` in this process on one CPU thread (the setting of each local
 worker), the cluster is ``local_cluster(2)`` (measured: speed 1.0, the gloo link's latency and bandwidth while
 the workers compute), and the placements of eight placers (single, split, m-ETF, HEFT, m-TOPO, anneal, random,
@@ -24,19 +25,25 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-import numpy as np
-import torch
-from machine import machine_line
-from placed_module_speed import ResidualCNN
-from torch import nn
+# this folder holds a transformers.py of its own: it goes last, behind the package of that name (which the local
+# workers import to unpickle a Hugging Face model), and still serves machine and placed_module_speed
+HERE = str(Path(__file__).resolve().parent)
+sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != HERE] + [HERE]
 
-from baselines.placers import place
-from placement_env import from_torch, simulate
-from placement_env.graph.model import ComputationGraph, Node
-from placement_env.graph.training import to_training_graph
-from placement_env.runtime.local_cluster import local_cluster
-from placement_env.runtime.measured_step import measure_step
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from machine import machine_line  # noqa: E402
+from placed_module_speed import ResidualCNN  # noqa: E402
+from torch import nn  # noqa: E402
+
+from baselines.placers import place  # noqa: E402
+from placement_env import from_torch, simulate  # noqa: E402
+from placement_env.graph.model import ComputationGraph, Node  # noqa: E402
+from placement_env.graph.training import to_training_graph  # noqa: E402
+from placement_env.runtime.local_cluster import local_cluster  # noqa: E402
+from placement_env.runtime.measured_step import measure_step  # noqa: E402
 
 PLACERS = ("single", "split", "m-etf", "heft", "m-topo", "anneal", "random", "round-robin")
 
@@ -82,15 +89,20 @@ class Tagger(nn.Module):
         return self.head(self.lstm(x)[0])
 
 
-def models() -> dict[str, tuple[nn.Module, torch.Tensor]]:
+def models() -> dict[str, tuple[nn.Module, tuple, dict]]:
+    """name -> (model, positional inputs, keyword inputs)."""
+    from pipeline_fidelity import models as hugging_face
+
     torch.manual_seed(0)
-    return {
-        "mlp": (MLP(), torch.randn(128, 1024)),
-        "cnn": (ResidualCNN(32), torch.randn(16, 3, 32, 32)),
-        "transformer": (Encoder(), torch.randn(8, 64, 128)),
-        "two-branch": (TwoBranch(), torch.randn(128, 512)),
-        "lstm": (Tagger(), torch.randn(16, 32, 128)),
+    ours: dict[str, tuple[nn.Module, tuple, dict]] = {
+        "mlp": (MLP(), (torch.randn(128, 1024),), {}),
+        "cnn": (ResidualCNN(32), (torch.randn(16, 3, 32, 32),), {}),
+        "transformer": (Encoder(), (torch.randn(8, 64, 128),), {}),
+        "two-branch": (TwoBranch(), (torch.randn(128, 512),), {}),
+        "lstm": (Tagger(), (torch.randn(16, 32, 128),), {}),
     }
+    theirs = {name: model[:3] for name, model in hugging_face().items() if name in ("gpt2", "bert")}
+    return {**ours, **theirs}
 
 
 def with_rule(graph: ComputationGraph) -> ComputationGraph:
@@ -130,8 +142,8 @@ def main() -> None:
               f"bandwidth {c.bandwidth[0, 1] / 1e9:.2f} GB/s", flush=True)
     rows, summary = [], []
     for name in args.models.split(","):
-        model, x = models()[name]
-        graph = fastest_costs([from_torch(model, (x,), profile=True, repeats=10, name=name)
+        model, x, kwargs = models()[name]
+        graph = fastest_costs([from_torch(model, x, example_kwargs=kwargs, profile=True, repeats=10, name=name)
                                for _ in range(args.rounds)])
         rule = with_rule(graph)
         placements: dict[tuple[int, ...], list[str]] = {}
@@ -140,7 +152,8 @@ def main() -> None:
         measured_rounds: dict[tuple[int, ...], list[float]] = {p: [] for p in placements}
         for _ in range(args.rounds):
             for p in placements:
-                measured_rounds[p].append(measure_step(model, (x,), graph, list(p), repeats=args.repeats,
+                measured_rounds[p].append(measure_step(model, x, graph, list(p), repeats=args.repeats,
+                                                       example_kwargs=kwargs,
                                                        cluster=cluster).seconds)
         sims, rule_sims, measured, labels = [], [], [], []
         for p, names in placements.items():
