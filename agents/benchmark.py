@@ -28,7 +28,8 @@ from agents.paper.benchmark_cells import (
 from placement_env.checks import checked_finite
 from placement_env.cli import OneLineParser, add_step_args, check_output_paths, run_cli
 from placement_env.cluster import DEFAULT_KIND, DEVICE_KINDS, Cluster
-from placement_env.sim.pipeline import Step
+from placement_env.sim.pipeline import Step, checked_microbatches
+from placement_env.zoo.registry import load_graph
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         check_output_paths(None, args.out)
         if args.cluster:
             Cluster.from_json(args.cluster)  # checked before any work
-        step = Step(args.microbatches, args.schedule).checked()  # and against each graph's batch in its run
+        step = Step(args.microbatches, args.schedule).checked()  # and against each graph's batch below
         def cell(graph: str, devices: int | None) -> Cell:
             return Cell(graph, None if args.cluster else devices, args.cluster, step, args.device_kind, args.per_node)
 
@@ -92,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         for c in cells:
             if not c.cluster_file:
                 c.preset()  # a --per-node that does not divide the devices: one error line
+        if step.pipelined:  # micro-batches that do not divide a graph's batch: one error line, before any work
+            for graph in dict.fromkeys(c.graph for c in cells):
+                checked_microbatches(step.microbatches, load_graph(graph))
         modules = bool(args.graph) and all(has_module_names(g) for g in args.graph)
         names = methods(include_runtime=modules)
         if args.methods:
