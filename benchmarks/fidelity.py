@@ -114,11 +114,14 @@ def with_rule(graph: ComputationGraph) -> ComputationGraph:
 
 
 def fastest_costs(graphs: list[ComputationGraph]) -> ComputationGraph:
-    """The first graph with each op's cost the smallest of the graphs' (the same model profiled again)."""
+    """The first graph with each op's cost and fixed cost the smallest of the graphs' (the same model profiled
+    again)."""
     costs = np.min([[n.cost for n in g.nodes] for g in graphs], axis=0)
+    fixed = np.min([[n.fixed_cost or 0.0 for n in g.nodes] for g in graphs], axis=0)
     first = graphs[0]
-    nodes = [Node(n.id, n.op, float(c), n.output_bytes, n.param_bytes, n.colocation, n.flops, n.phase, n.module)
-             for n, c in zip(first.nodes, costs)]
+    nodes = [Node(n.id, n.op, float(c), n.output_bytes, n.param_bytes, n.colocation, n.flops, n.phase, n.module,
+                  None if n.fixed_cost is None else float(min(f, c)))
+             for n, c, f in zip(first.nodes, costs, fixed)]
     return ComputationGraph(nodes, first.edges(), name=first.name)
 
 
