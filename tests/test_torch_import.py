@@ -284,3 +284,21 @@ def test_every_op_records_its_fixed_cost_the_part_a_micro_batch_pays_in_full():
     assert all(n.fixed_cost == pytest.approx(min(n.cost, 5e-6)) for n in ops)  # the P100's launch overhead
     profiled = from_torch(model, x, profile=True, repeats=3)
     assert all(0 < (n.fixed_cost or 0.0) <= n.cost for n in profiled.nodes if n.cost > 0)
+
+
+class ReturnsNothing(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return None
+
+
+def test_a_function_a_batch_of_0_and_a_forward_that_computes_nothing_are_one_error_each():
+    with pytest.raises(ValueError, match="module must be a torch.nn.Module, got function"):
+        from_torch(lambda x: x * 2, torch.randn(3, 2))
+    with pytest.raises(ValueError, match=r"an example input has a batch of 0 \(shape \[0, 2\]\)"):
+        from_torch(nn.Linear(2, 2), torch.randn(0, 2))
+    with pytest.raises(ValueError, match="module ReturnsNothing computes nothing from its inputs"):
+        from_torch(ReturnsNothing(), torch.randn(3, 2))

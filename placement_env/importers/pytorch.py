@@ -327,8 +327,18 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
             ``profile_threads`` or ``colocate_modules``, inputs that are not a tensor, a sequence or (as keywords)
             a mapping, or a module that cannot be traced or run on them.
     """
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__} (wrap a function in a "
+                         "module whose forward calls it)")
     if device_kind not in ROOFLINE_DEVICES:
         raise ValueError(f"unknown device kind {device_kind!r}; known: {', '.join(ROOFLINE_DEVICES)}")
+    import torch.utils._pytree as pytree
+
+    empty = [x for x in pytree.tree_leaves((example_inputs, dict(example_kwargs or {})))
+             if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] == 0]
+    if empty:
+        raise ValueError(f"an example input has a batch of 0 (shape {list(empty[0].shape)}): a graph of no data "
+                         "costs nothing; give a batch of at least 1")
     if profile and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
     if isinstance(profile_threads, bool) or not isinstance(profile_threads, int) or profile_threads < 1:
@@ -433,6 +443,9 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
                   module=x.module, fixed_cost=x.fixed_cost) for x in nodes]
     if colocate_modules is not False:
         nodes = colocate_by_module(nodes, None if colocate_modules is True else colocate_modules)
+    if not any(node.op != "input" for node in nodes):
+        raise ValueError(f"module {type(module).__name__} computes nothing from its inputs (its forward returns "
+                         "no tensor made from them): there is nothing to place")
     graph = ComputationGraph(nodes, edges, name=name or type(module).__name__, batch=_batch_of(inputs))
     if not training:
         return graph
