@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from placement_env import from_torch, load_graph, read_graph, write_graph
+from placement_env import ComputationGraph, from_torch, load_graph, read_graph, write_graph
 from placement_env.__main__ import main as placement_env_main
 from placement_env.runtime import to_device_map, to_split_points
 
@@ -308,3 +308,18 @@ def test_split_points_of_a_model_without_submodules_are_one_error():
     g = from_torch(OwnParameters(), (torch.randn(2, 3),))
     with pytest.raises(ValueError, match="has no op of a submodule: a pipeline stage begins at a submodule"):
         to_split_points(g, [0] * g.num_nodes)
+
+
+@pytest.mark.parametrize("module, message", [
+    (".a", "records module '.a', not a qualified module name"),
+    ("a..b", "records module 'a..b', not a qualified module name"),
+    (".".join(["m"] * 300), "records a module 300 levels deep, more than the 64 taken"),
+])
+def test_module_names_that_are_not_names_or_nest_too_deep_are_one_error(module, message):
+    from placement_env.graph.model import Edge, Node
+
+    g = ComputationGraph([Node("x", "input", 0.0, 4), Node("f", "linear", 1.0, 4, 4, module=module)],
+                         [Edge("x", "f")])
+    for export in (to_device_map, to_split_points):
+        with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+            export(g, [0, 0])

@@ -32,6 +32,23 @@ def checked_device_placement(graph: ComputationGraph, placement: Sequence[int] |
     return np.asarray(values, dtype=np.int64)
 
 
+MAX_MODULE_DEPTH = 64
+"""The deepest module name taken (``a.b.c`` is 3 deep; real models nest under 20): deeper ones are an error, not
+minutes of scanning the module tree."""
+
+
+def checked_module_name(op: str, name: str) -> str:
+    """``name`` if it is a module's qualified name (``""``, or parts joined by dots, none empty, at most
+    :data:`MAX_MODULE_DEPTH` of them), else a ``ValueError`` naming op ``op``."""
+    if not isinstance(name, str) or (name and any(not part for part in name.split("."))):
+        raise ValueError(f"op {op!r} records module {name!r}, not a qualified module name (parts joined by dots, "
+                         "none empty: 'layers.3.mlp')")
+    if name.count(".") + 1 > MAX_MODULE_DEPTH:
+        raise ValueError(f"op {op!r} records a module {name.count('.') + 1} levels deep, more than the "
+                         f"{MAX_MODULE_DEPTH} taken")
+    return name
+
+
 def parents(name: str) -> list[str]:
     """``name``'s ancestors from the outermost, itself last: ``"a.b.c"`` -> ``["a", "a.b", "a.b.c"]``
     (``""``, the model, is no one's listed ancestor)."""
@@ -69,6 +86,7 @@ class PlacedModules:
         for i, node in enumerate(graph.nodes):
             if node.module is None:
                 continue
+            checked_module_name(node.id, node.module)
             interrupted.update(parents(node.module)[:-1])  # a submodule's op ends its ancestors' runs
             if node.module in interrupted:
                 run[node.module] = run.get(node.module, 0) + 1
