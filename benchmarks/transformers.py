@@ -78,10 +78,22 @@ def run_row(graph: ComputationGraph, cluster: Cluster, step: Step, contiguous: b
 
 def cached_row(cache: Path, key: str, fresh: bool, graph: ComputationGraph, cluster: Cluster, step: Step,
                contiguous: bool, budget: float) -> dict:
-    """:func:`run_row`, from ``cache/<key>.json`` when it is there (and not ``fresh``), else written there."""
+    """:func:`run_row`, from ``cache/<key>.json`` when it is there, readable and made with these settings (graph,
+    cluster, step, contiguity, budget), and not ``fresh``; else run and written there (a notice says why)."""
     path = cache / f"{key}.json"
+    wanted = {"graph": graph.name, "cluster": cluster.name, "microbatches": step.microbatches,
+              "schedule": step.schedule, "contiguous": contiguous, "budget_seconds": budget}
     if path.exists() and not fresh:
-        return json.loads(path.read_text())
+        try:
+            row = json.loads(path.read_text())
+        except ValueError:
+            print(f"notice: {path} is not a whole row (a run stopped while writing it?): run again", file=sys.stderr)
+        else:
+            if isinstance(row, dict) and all(row.get(k) == v for k, v in wanted.items()):
+                return row
+            made = {k: row.get(k) for k in wanted if isinstance(row, dict) and row.get(k) != wanted[k]}
+            print(f"notice: {path} was made with {made}: run again with {({k: wanted[k] for k in made})}",
+                  file=sys.stderr)
     row = run_row(graph, cluster, step, contiguous, budget)
     write_text_atomically(path, json.dumps(row, indent=1))
     return row

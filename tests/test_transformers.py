@@ -108,3 +108,33 @@ def test_deepspeed_lists_a_transformer_by_its_blocks():
     assert len(layer_sequence(load_graph("bert-base"))) == 14  # embeddings, 12 BertLayers, the head
     c = Cluster.preset("a100-nvlink", 8)
     assert len(set(RUNTIME_DEFAULTS["deepspeed-uniform"](g, c, 0).tolist())) == 8
+
+
+def test_the_transformer_tables_cache_serves_a_row_only_for_the_settings_it_was_made_with(tmp_path, monkeypatch):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "transformers.py"
+    spec = importlib.util.spec_from_file_location("transformers_tables", path)
+    tables = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(path.parent))
+    spec.loader.exec_module(tables)
+    runs = []
+
+    def run_row(graph, cluster, step, contiguous, budget):
+        runs.append(budget)
+        return {"graph": graph.name, "cluster": cluster.name, "microbatches": step.microbatches,
+                "schedule": step.schedule, "contiguous": contiguous, "budget_seconds": budget, "rows": []}
+
+    monkeypatch.setattr(tables, "run_row", run_row)
+    graph, cluster = load_graph("gpt2"), Cluster.preset("a100-nvlink", 8)
+    args = (tmp_path, "gpt2_8_m1", False, graph, cluster, Step(1), False)
+    tables.cached_row(*args, 10.0)
+    tables.cached_row(*args, 10.0)  # made with these settings: served
+    assert runs == [10.0]
+    tables.cached_row(*args, 1.0)  # another budget: run again, not the 10-s row under a 1-s heading
+    assert runs == [10.0, 1.0]
+    (tmp_path / "gpt2_8_m1.json").write_text(json.dumps({"graph": "gpt2"})[:-3])  # a truncated row
+    tables.cached_row(*args, 1.0)
+    assert runs == [10.0, 1.0, 1.0]
