@@ -323,3 +323,27 @@ def test_module_names_that_are_not_names_or_nest_too_deep_are_one_error(module, 
     for export in (to_device_map, to_split_points):
         with pytest.raises(ValueError, match=message.replace("(", r"\(")):
             export(g, [0, 0])
+
+
+class MixtureOfExperts(nn.Module):
+    """A router and four experts in an nn.ModuleList that is never called itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = nn.Linear(8, 4)
+        self.experts = nn.ModuleList(nn.Linear(8, 8) for _ in range(4))
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        weights = torch.softmax(self.router(x), dim=-1)
+        mixed = sum(weights[:, k:k + 1] * expert(x) for k, expert in enumerate(self.experts))
+        return self.head(mixed)
+
+
+def test_the_layers_of_a_mixture_of_experts_are_its_experts_not_their_module_list():
+    g = from_torch(MixtureOfExperts(), (torch.randn(4, 8),), colocate_modules=True)
+    on_one = {n.colocation for n in g.nodes if n.module == "head"}
+    points = to_split_points(g, [1 if n.colocation in on_one else 0 for n in g.nodes])
+    assert "experts" not in points.layers
+    assert [layer for layer in points.layers if layer.startswith("experts")] == [f"experts.{k}" for k in range(4)]
+    assert points.layers[-1] == "head" and points.parts[-2] == len(points.layers) - 1

@@ -30,8 +30,9 @@ class SplitPoints:
         devices: the device of each stage, in order.
         split_spec: the module where each stage after the first begins, for
             ``pipeline(split_spec={name: SplitPoint.BEGINNING for name in split_spec})``.
-        layers: the modules in program order, each within one stage (containers spanning stages replaced by
-            their children): DeepSpeed's ``layers``.
+        layers: the modules in program order, each within one stage, each one that runs ops of its own (a
+            container spanning stages, or with no op of its own, as an ``nn.ModuleList`` of experts that is never
+            called itself, replaced by its children): DeepSpeed's ``layers``.
         parts: DeepSpeed's stage boundaries into ``layers``: ``[0, ..., len(layers)]``.
     """
 
@@ -96,7 +97,8 @@ def to_split_points(graph: ComputationGraph, placement: Sequence[int] | np.ndarr
 
     def flatten(name: str) -> None:
         stages = stages_under(name)
-        if name and len(stages) == 1:
+        container = name not in placed.own and bool(placed.children(name))  # a ModuleList is never called
+        if name and len(stages) == 1 and not container:
             layers.append(name)
             return
         for child in placed.children(name):
