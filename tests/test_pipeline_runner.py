@@ -4,6 +4,7 @@
 import copy
 import functools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import transformers
 
 from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS
 from placement_env import Cluster, from_torch, write_graph
@@ -19,8 +21,6 @@ from placement_env.graph.placement_io import write_placement
 from placement_env.plan.pipeline_plan import PipelinePlan, pipeline_plan
 from placement_env.runtime.pipeline_runner import run_pipeline
 from placement_env.sim.pipeline import Step
-
-transformers = pytest.importorskip("transformers")
 
 VOCAB, BATCH, SEQUENCE, MICROBATCHES = 64, 8, 8, 4
 ROOT = Path(__file__).resolve().parents[1]
@@ -226,3 +226,40 @@ def test_the_export_and_run_commands_launch_a_plan_and_refuse_bad_input_in_one_l
         done = subprocess.run([*run, *bad], capture_output=True, text=True, cwd=ROOT)
         assert done.returncode == 2 and message in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+class RaisingGPT2(transformers.GPT2LMHeadModel):
+    """GPT-2 whose forward raises: the plan fits it, the run fails."""
+
+    def forward(self, *args, **kwargs):
+        raise ValueError("this model refuses to run")
+
+
+@pytest.mark.slow
+def test_a_model_that_raises_is_one_error_naming_its_stage(gpt2_and_graph):
+    model, ids, graph = gpt2_and_graph
+    cluster = Cluster.preset("a100-nvlink", 2)
+    plan = pipeline_plan(graph, blocks(graph, 2), cluster, microbatches=2)
+    raising = RaisingGPT2(model.config)
+    with pytest.raises(RuntimeError, match=r"^local worker [01] failed: .*this model refuses to run"):
+        run_pipeline(raising, (), plan, example_kwargs={"input_ids": ids})
+
+
+@pytest.mark.slow
+def test_under_torchrun_each_rank_runs_its_stage_and_gets_the_whole_result(gpt2_and_graph, tmp_path):
+    model, ids, graph = gpt2_and_graph
+    plan = pipeline_plan(graph, blocks(graph, 2), Cluster.preset("a100-nvlink", 2), microbatches=MICROBATCHES)
+    plan.to_json(tmp_path / "plan.json")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", "0", "tests/torchrun_job.py", str(tmp_path / "plan.json"),
+                           str(tmp_path / "result")], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    targets = torch.roll(ids, -1, dims=1)
+    reference, losses = reference_step(model, ids, targets, 0.1)
+    expected = dict(reference.named_parameters())
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"result.{rank}.json").read_text())
+        assert got["backend"] == "torchrun" and got["losses"][0] == pytest.approx(float(np.mean(losses)), rel=1e-5)
+        for name, value in got["parameters"].items():
+            np.testing.assert_allclose(np.array(value), expected[name].detach().numpy(), atol=1e-5, err_msg=name)

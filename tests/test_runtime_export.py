@@ -347,3 +347,25 @@ def test_the_layers_of_a_mixture_of_experts_are_its_experts_not_their_module_lis
     assert "experts" not in points.layers
     assert [layer for layer in points.layers if layer.startswith("experts")] == [f"experts.{k}" for k in range(4)]
     assert points.layers[-1] == "head" and points.parts[-2] == len(points.layers) - 1
+
+
+class DropoutTwice(nn.Module):
+    """One dropout module called on both branches, as a ViT layer calls its dropout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.drop, self.second = nn.Linear(4, 4), nn.Dropout(0.0), nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.drop(self.second(self.drop(self.first(x))))
+
+
+def test_a_stage_never_begins_at_a_module_the_program_enters_twice():
+    g = from_torch(DropoutTwice(), (torch.randn(2, 4),), colocate_modules=True)
+    later = {n.colocation for n in g.nodes if n.module in ("drop", "second")}
+    with pytest.raises(ValueError, match="stage 1 would begin at module 'drop', which the program enters more "
+                                         "than once"):
+        to_split_points(g, [1 if n.colocation in later else 0 for n in g.nodes])
+    from placement_env.plan.module_tree import PlacedModules
+
+    assert PlacedModules(g, [0] * g.num_nodes).called_again == {"drop"}  # each linear is called once

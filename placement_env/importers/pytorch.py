@@ -334,7 +334,8 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         raise ValueError(f"unknown device kind {device_kind!r}; known: {', '.join(ROOFLINE_DEVICES)}")
     import torch.utils._pytree as pytree
 
-    empty = [x for x in pytree.tree_leaves((example_inputs, dict(example_kwargs or {})))
+    keywords = dict(example_kwargs) if isinstance(example_kwargs, Mapping) else {}  # else trace_model says why
+    empty = [x for x in pytree.tree_leaves((example_inputs, keywords))
              if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] == 0]
     if empty:
         raise ValueError(f"an example input has a batch of 0 (shape {list(empty[0].shape)}): a graph of no data "

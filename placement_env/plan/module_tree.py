@@ -83,6 +83,9 @@ class PlacedModules:
         self.first: dict[str, int] = {}
         run: dict[str, int] = {}
         interrupted: set[str] = set()
+        self.called_again: set[str] = set()  # modules the program enters more than once (a dropout called twice)
+        running: set[str] = set()
+        closed: set[str] = set()
         for i, node in enumerate(graph.nodes):
             if node.module is None:
                 continue
@@ -97,6 +100,11 @@ class PlacedModules:
                 self.holds_parameters.add(node.module)
             for name in ["", *parents(node.module)]:
                 self.first.setdefault(name, i)
+            if node.phase not in ("backward", "update"):  # the forward program: the calls a runtime sees
+                now = set(parents(node.module))  # the modules running at this op: its module and ancestors
+                self.called_again |= now & closed
+                closed |= running - now
+                running = now
 
     def children(self, name: str) -> list[str]:
         """The modules one level below ``name`` that hold ops, in program order."""

@@ -51,8 +51,8 @@ def to_split_points(graph: ComputationGraph, placement: Sequence[int] | np.ndarr
 
     Raises:
         ValueError: the graph has no module names, or no op of a submodule (no stage could begin anywhere); the
-            placement splits a module; it is not contiguous (the error names the first op whose device had
-            already given way to another).
+            placement splits a module; a stage would begin at a module the program enters more than once; it is
+            not contiguous (the error names the first op whose device had already given way to another).
     """
     placed = PlacedModules(graph, placement)
     split = placed.split_modules()
@@ -88,7 +88,14 @@ def to_split_points(graph: ComputationGraph, placement: Sequence[int] | np.ndarr
         begins = [a for a in parents(module) if placed.first[a] == first_op[k]]
         contained = [a for a in begins if set().union(*(stages_of_module[m] for m in stages_of_module
                                                          if m == a or m.startswith(f"{a}."))) == {k}]
-        split_spec.append(contained[0] if contained else module)
+        # torch.distributed.pipelining splits at every call of a split module: one the program enters twice (a
+        # dropout of a block's two residual branches) would begin two stages
+        candidates = [a for a in [*contained, module] if a not in placed.called_again]
+        if not candidates:
+            raise ValueError(f"stage {k} would begin at module {module!r}, which the program enters more than once: "
+                             "a pipeline runtime would begin a stage at each call; move the cut to a module called "
+                             "once")
+        split_spec.append(candidates[0])
     layers: list[str] = []
 
     def stages_under(name: str) -> set[int]:
