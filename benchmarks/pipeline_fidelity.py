@@ -106,8 +106,14 @@ def main() -> None:
                 if key in plans:
                     plans[key]["placers"].append(placer)
                     continue
-                plan = pipeline_plan(graph, placement, cluster, microbatches=m, schedule=schedule,
-                                     param_factor=2.0)
+                try:
+                    plan = pipeline_plan(graph, placement, cluster, microbatches=m, schedule=schedule,
+                                         param_factor=2.0)
+                except ValueError as error:  # a placement no runtime can run as a pipeline: reported
+                    print(f"{name:6s} m={m} {schedule:5s} {placer}: no plan: {error}", flush=True)
+                    rows.append({"model": name, "placers": placer, "microbatches": m, "schedule": schedule,
+                                 "error": f"no plan: {error}"})
+                    continue
                 plans[key] = {"placers": [placer], "plan": plan, "rounds": [], "peaks": []}
         for _ in range(args.rounds):  # interleaved: every plan once a round
             for cell in plans.values():
