@@ -250,8 +250,10 @@ def test_under_torchrun_each_rank_runs_its_stage_and_gets_the_whole_result(gpt2_
     model, ids, graph = gpt2_and_graph
     plan = pipeline_plan(graph, blocks(graph, 2), Cluster.preset("a100-nvlink", 2), microbatches=MICROBATCHES)
     plan.to_json(tmp_path / "plan.json")
+    from placement_env.runtime.local_workers import free_port
+
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", "0", "tests/torchrun_job.py", str(tmp_path / "plan.json"),
+                           "--master_port", str(free_port()), "tests/torchrun_job.py", str(tmp_path / "plan.json"),
                            str(tmp_path / "result")], cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-3000:]

@@ -28,7 +28,8 @@ WORKER_TIMEOUT_S = 600.0
 """A worker that has not reported after this long is killed and the run fails (a hang is an error)."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on the loopback interface now (for a process group's rendezvous)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -76,7 +77,7 @@ def run_on_local_workers(num_workers: int, job: Callable[[int, int, Any], Any], 
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"  # the spawned interpreters read it when torch loads
     procs: list[Any] = []

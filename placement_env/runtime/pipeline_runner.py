@@ -47,6 +47,7 @@ import torch.distributed as dist
 import torch.distributed.pipelining as pipelining
 import torch.utils._pytree as pytree
 
+from placement_env.checks import first_line
 from placement_env.importers.parameters import canonical_names
 from placement_env.plan.pipeline_plan import PipelinePlan
 
@@ -185,8 +186,15 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
     m = job.microbatches
     first_args = tuple(_first_microbatch(a, m) for a in job.args)
     first_kwargs = {k: _first_microbatch(v, m) for k, v in job.kwargs.items()}
-    pipe = pipelining.pipeline(model, first_args, first_kwargs,
-                               split_spec={name: pipelining.SplitPoint.BEGINNING for name in job.split_spec})
+    try:
+        pipe = pipelining.pipeline(model, first_args, first_kwargs,
+                                   split_spec={name: pipelining.SplitPoint.BEGINNING for name in job.split_spec})
+    except Exception as error:  # noqa: BLE001 - torch's message hides the model's own error in its causes
+        root: BaseException = error
+        while root.__cause__ is not None:
+            root = root.__cause__
+        raise ValueError(f"the model cannot be traced into the plan's stages: {type(root).__name__}: "
+                         f"{first_line(root)}") from None
     if pipe.num_stages != world:
         raise ValueError(f"the model splits into {pipe.num_stages} stages at the plan's split points, the plan has "
                          f"{world}")
