@@ -57,3 +57,24 @@ def checked_option(where: str, key: str, value: object, kind: str, smallest: int
         checked_count(f"{where}: option {key!r}", value, smallest)
     if kind == "float":
         checked_finite(f"{where}: option {key!r}", value)
+
+
+MAX_COST_SECONDS = 1e6  # an op of more than 11 days is an error in the costs, and makespans of it overflow
+MAX_BYTES = 1e18  # an exabyte
+
+
+def checked_quantity(value: object, what: str, limit: float = MAX_BYTES) -> float:
+    """Return ``value`` as a float, or raise ``ValueError`` naming ``what`` (NaN, infinite, negative, or above
+    ``limit``)."""
+    if not is_number(value):
+        raise ValueError(f"{what} must be a number, got {value!r}")
+    x = float(value)
+    if math.isnan(x):
+        raise ValueError(f"{what} is NaN")
+    if math.isinf(x):
+        raise ValueError(f"{what} is infinite")
+    if x < 0:
+        raise ValueError(f"{what} is negative ({x!r})")
+    if x > limit:
+        raise ValueError(f"{what} is {x:g}, more than {limit:g}: sums over the graph would overflow")
+    return x

@@ -342,9 +342,12 @@ def test_the_place_command_writes_its_best_placement_when_stopped(tmp_path, sign
     from placement_env.graph.placement_io import read_placement
 
     out = tmp_path / "placement.json"
+    # SIGINT as a terminal gives it: a test process of pytest-xdist (or a background shell job) starts its children
+    # with SIGINT ignored, and Python leaves an ignored SIGINT ignored
     process = subprocess.Popen([sys.executable, "-m", "agents.place", "--graph", "cifar10/0", "--devices", "3",
                                 "--budget-seconds", "120", "--out", str(out)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     first = process.stdout.readline()  # an event, not a fixed wait: the command says when its search began
     assert first.startswith("searching for 120 s"), first + process.stderr.read()
     process.send_signal(signal.Signals(signum))

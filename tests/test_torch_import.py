@@ -130,18 +130,18 @@ def test_training_graph_simulates_and_profiling_measures():
 
 
 def test_profiling_runs_on_the_thread_count_of_the_devices_it_costs_for(monkeypatch):
-    import placement_env.importers.pytorch as importer
+    import placement_env.importers.op_records as importer
 
     threads, seen = [2], []
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads[0])
     monkeypatch.setattr(torch, "set_num_threads", lambda n: threads.__setitem__(0, n))
-    run = importer._Recorder.run
+    run = importer.OpRecorder.run
 
     def recorded(self, *args):
         seen.append(threads[0])
         return run(self, *args)
 
-    monkeypatch.setattr(importer._Recorder, "run", recorded)
+    monkeypatch.setattr(importer.OpRecorder, "run", recorded)
     model = nn.Linear(4, 4)
     from_torch(model, torch.randn(2, 4), profile=True, repeats=1, training=False)
     assert seen == [1] and threads[0] == 2  # the local workers' one thread whatever the process had; restored

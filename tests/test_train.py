@@ -192,7 +192,8 @@ def test_ctrl_c_stops_cleanly_and_keeps_the_best_placement(graph_file, tmp_path)
     proc = subprocess.Popen([sys.executable, "train.py", "--graph", str(graph_file), "--encoder", "gcn",
                              "--budget-seconds", "300", "--out", str(tmp_path), "--progress", "off",
                              "--checkpoint-every", "16"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal
     deadline = time.time() + 120
     while not (tmp_path / "tracker.json").exists() and time.time() < deadline:  # training has started
         time.sleep(0.5)

@@ -8,7 +8,7 @@ import platform
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -22,9 +22,6 @@ from placement_env import Cluster, ComputationGraph, SimulationResult, simulate,
 from placement_env.envs.render import gantt_rgb
 from placement_env.json_files import replace_atomically, write_text_atomically
 from placement_env.sim.pipeline import PLAIN_STEP, Step, stepped_graph
-
-if TYPE_CHECKING:
-    from agents.training.run import RunResult
 
 COMPARED_PLACERS = FAST_COMPARED  # and, with TrainConfig.compare_searches, the search placers at the run's budget
 SEARCHES = ("local-search", "anneal")
@@ -138,7 +135,7 @@ def draw(config: TrainConfig, out: Path, graph: ComputationGraph, cluster: Clust
         plt.imsave(temporary, gantt_rgb(result, ops, names, title=f"best placement, {graph.name}"))
 
 
-def closing_table(result: RunResult) -> str:
+def closing_table(result: Any) -> str:  # result: agents.training.run.RunResult (run imports this module)
     """The run's best placement beside every compared placer (the search placers had the run's budget), the lower
     bound, and how the run stands against the strongest classical result, whichever wins."""
     record = result.record

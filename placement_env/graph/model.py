@@ -14,7 +14,6 @@ placement units) so that the simulator and the placers never recompute them.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -22,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from placement_env.checks import checked_instance, is_number
+from placement_env.checks import MAX_COST_SECONDS, checked_instance, checked_quantity
 
 PHASES = ("forward", "backward", "update")
 
@@ -68,27 +67,6 @@ class Edge:
     bytes: float | None = None
 
 
-MAX_COST_SECONDS = 1e6  # an op of more than 11 days is an error in the costs, and makespans of it overflow
-MAX_BYTES = 1e18  # an exabyte
-
-
-def _check_number(value: object, what: str, limit: float = MAX_BYTES) -> float:
-    """Return ``value`` as a float, or raise ``ValueError`` naming ``what`` (NaN, infinite, negative, or above
-    ``limit``)."""
-    if not is_number(value):
-        raise ValueError(f"{what} must be a number, got {value!r}")
-    x = float(value)
-    if math.isnan(x):
-        raise ValueError(f"{what} is NaN")
-    if math.isinf(x):
-        raise ValueError(f"{what} is infinite")
-    if x < 0:
-        raise ValueError(f"{what} is negative ({x!r})")
-    if x > limit:
-        raise ValueError(f"{what} is {x:g}, more than {limit:g}: sums over the graph would overflow")
-    return x
-
-
 class ComputationGraph:
     """A validated DAG of operations.
 
@@ -123,15 +101,15 @@ class ComputationGraph:
             if node.id in index:
                 raise ValueError(f"graph {self.name!r}: duplicate node id {node.id!r} (nodes {index[node.id]} and {i})")
             index[node.id] = i
-            _check_number(node.cost, f"node {node.id!r}: cost", MAX_COST_SECONDS)
-            if node.fixed_cost is not None and _check_number(node.fixed_cost, f"node {node.id!r}: fixed_cost",
+            checked_quantity(node.cost, f"node {node.id!r}: cost", MAX_COST_SECONDS)
+            if node.fixed_cost is not None and checked_quantity(node.fixed_cost, f"node {node.id!r}: fixed_cost",
                                                               MAX_COST_SECONDS) > float(node.cost):
                 raise ValueError(f"node {node.id!r}: fixed_cost {node.fixed_cost!r} is more than its cost "
                                  f"{node.cost!r}")
-            _check_number(node.output_bytes, f"node {node.id!r}: output_bytes")
-            _check_number(node.param_bytes, f"node {node.id!r}: param_bytes")
+            checked_quantity(node.output_bytes, f"node {node.id!r}: output_bytes")
+            checked_quantity(node.param_bytes, f"node {node.id!r}: param_bytes")
             if node.flops is not None:
-                _check_number(node.flops, f"node {node.id!r}: flops", 1e24)
+                checked_quantity(node.flops, f"node {node.id!r}: flops", 1e24)
             if node.phase is not None and node.phase not in PHASES:
                 raise ValueError(f"node {node.id!r}: phase must be one of {PHASES}, got {node.phase!r}")
             if node.colocation is not None and not isinstance(node.colocation, str):
@@ -157,7 +135,7 @@ class ComputationGraph:
             if (s, d) in seen:
                 raise ValueError(f"{label}: duplicate edge (at most one per ordered pair)")
             seen.add((s, d))
-            b = nodes[s].output_bytes if edge.bytes is None else _check_number(edge.bytes, f"{label}: bytes")
+            b = nodes[s].output_bytes if edge.bytes is None else checked_quantity(edge.bytes, f"{label}: bytes")
             src.append(s)
             dst.append(d)
             nbytes.append(float(b))

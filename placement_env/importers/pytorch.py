@@ -43,9 +43,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import operator
-import statistics
-import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -60,29 +57,13 @@ from placement_env.graph.model import ComputationGraph, Edge, Node
 from placement_env.graph.training import to_training_graph
 
 from .module_names import ModuleNames, colocate_by_module
+from .op_records import ALIASING_OPS, OpRecorder, call_costs, op_name, tensor_bytes
 from .parameters import canonical_names, owned_parameters, parameter_op, parameter_readers, tie_parameter_reads
 from .recurrent import LayerwiseRNN, layerwise_recurrent
 from .roofline import ROOFLINE_DEVICES, RooflineDevice, precision_name, roofline_seconds
 
-__all__ = ["LayerwiseRNN", "ROOFLINE_DEVICES", "RooflineDevice", "from_torch", "layerwise_recurrent", "trace_model"]
-
-
-# ops whose output aliases (or is a re-layout of) their first input: colocated with its producer
-ALIASING_OPS = frozenset({
-    "view", "_unsafe_view", "reshape", "view_as", "transpose", "permute", "t", "expand", "expand_as", "squeeze",
-    "unsqueeze", "flatten", "unflatten", "slice", "select", "narrow", "getitem", "alias", "as_strided", "detach",
-    "split", "chunk", "unbind", "contiguous", "dropout", "identity",
-})
-
-
-def _tensor_bytes(value: Any) -> int:
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_tensor_bytes(v) for v in value.values())
-    return 0
+__all__ = ["ALIASING_OPS", "LayerwiseRNN", "ROOFLINE_DEVICES", "RooflineDevice", "from_torch", "layerwise_recurrent",
+           "trace_model"]
 
 
 def _trace(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[torch.fx.GraphModule, str, list[Any]]:
@@ -146,83 +127,6 @@ def _user_frame(module: nn.Module, error: BaseException) -> str:
     frame = frames[-1]
     code = (frame.line or "").strip()  # empty when the source is not on disk (standard input)
     return f" at {frame.filename}:{frame.lineno}" + (f" (`{code}`)" if code else "")
-
-
-def _op_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
-    if node.op == "call_module":
-        return type(gm.get_submodule(str(node.target))).__name__.lower()
-    if node.op == "call_method":
-        return str(node.target)
-    target = node.target
-    if target is operator.getitem:
-        return "getitem"
-    name = getattr(target, "__name__", str(target))
-    return name.split(".")[0]  # "conv2d.default" -> "conv2d"
-
-
-class _Recorder(torch.fx.Interpreter):
-    """Runs the graph once, recording each op's output bytes, FLOPs and (optionally) measured forward and
-    backward times."""
-
-    def __init__(self, gm: torch.fx.GraphModule, profile: bool, repeats: int, backward: bool = False) -> None:
-        super().__init__(gm)
-        self.profile, self.repeats, self.backward = profile, repeats, backward
-        self.records: dict[str, dict] = {}
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        if n.op not in ("call_function", "call_method", "call_module"):
-            return super().run_node(n)
-        from torch.utils.flop_counter import FlopCounterMode
-
-        with FlopCounterMode(display=False) as counter:
-            out = super().run_node(n)
-        record = {"flops": float(counter.get_total_flops()), "output_bytes": _tensor_bytes(out)}
-        if self.profile:
-            times = []
-            for _ in range(self.repeats):
-                t0 = time.perf_counter()
-                super().run_node(n)
-                times.append(time.perf_counter() - t0)
-            record["measured"] = statistics.median(times)
-            if self.backward:
-                measured = self._backward_time(n)
-                if measured is not None:
-                    record["measured_backward"] = measured
-        self.records[n.name] = record
-        return out
-
-    def _backward_time(self, n: torch.fx.Node) -> float | None:
-        """The median of ``repeats`` timed backward passes of ``n`` alone (its tensor inputs made leaves that
-        require grad, the gradient of its outputs ones), as a measured step runs an op's backward; ``None``
-        when nothing of it is differentiable or autograd refuses it (an in-place op on a leaf)."""
-        import torch.utils._pytree as pytree
-
-        args, kwargs = self.fetch_args_kwargs_from_env(n)
-
-        def leaf(x: Any) -> Any:
-            if isinstance(x, torch.Tensor) and x.is_floating_point() and not isinstance(x, nn.Parameter):
-                return x.detach().clone().requires_grad_(True)
-            return x
-
-        try:
-            with torch.enable_grad():
-                args, kwargs = pytree.tree_map(leaf, (args, kwargs))
-                out = getattr(self, n.op)(n.target, args, kwargs)
-                outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
-                if not outs:
-                    return None
-                grads = [torch.ones_like(t) for t in outs]
-                times = []
-                for _ in range(self.repeats + 1):  # the first, untimed, warms the kernels up
-                    t0 = time.perf_counter()
-                    torch.autograd.backward(outs, grads, retain_graph=True)
-                    times.append(time.perf_counter() - t0)
-        except RuntimeError:
-            return None
-        finally:
-            for param in self.module.parameters():
-                param.grad = None
-        return statistics.median(times[1:])
 
 
 def trace_model(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor = (),
@@ -352,7 +256,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
     if dtype != torch.float32:
         module, example_inputs, example_kwargs = _cast(module, example_inputs, example_kwargs, dtype)
     gm, inputs, module = trace_model(module, example_inputs, example_kwargs, split_recurrent)
-    recorder = _Recorder(gm, profile, repeats, backward=profile and training)
+    recorder = OpRecorder(gm, profile, repeats, backward=profile and training)
     threads = torch.get_num_threads()
     if profile:
         torch.set_num_threads(profile_threads)
@@ -373,7 +277,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         torch.set_num_threads(threads)
     roof = ROOFLINE_DEVICES[device_kind]
     reference_speed = DEVICE_KINDS[device_kind].speed
-    fixed_forward, fixed_backward = _call_costs(gm, recorder.records) if profile else (0.0, 0.0)
+    fixed_forward, fixed_backward = call_costs(gm, recorder.records) if profile else (0.0, 0.0)
 
     params = {}
     for pname, p in gm.named_parameters():  # buffers (running statistics) are not trained: not charged
@@ -392,7 +296,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         if n.op == "placeholder":
             value = n.meta.get("val", n.meta.get("example_value"))
             idx = len([x for x in nodes if x.op == "input"])
-            size = _tensor_bytes(value) if value is not None else _tensor_bytes(inputs[idx]) if idx < len(inputs) else 0
+            size = tensor_bytes(value) if value is not None else tensor_bytes(inputs[idx]) if idx < len(inputs) else 0
             nodes.append(Node(n.name, "input", 0.0, size, 0, flops=0.0))
             producers[n.name] = n.name
             out_bytes[n.name] = size
@@ -423,7 +327,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
             # the simulator divides by the kind's speed again, so a cluster of that kind runs it in that time
             cost = reference_speed * roofline_seconds(roof, record["flops"], moved, precision)
             fixed = min(cost, reference_speed * roof.launch_overhead)
-        op = _op_name(gm, n)
+        op = op_name(gm, n)
         aliasing = op in ALIASING_OPS or (op.endswith("_") and not op.endswith("__"))  # in-place ops too
         coloc = None
         if aliasing and inputs_of:
@@ -458,18 +362,3 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
     return ComputationGraph([replace(n, fixed_cost=min(n.cost, fixed_backward)) if n.phase == "backward"
                              and n.fixed_cost is not None else n for n in trained.nodes], trained.edges(),
                             name=trained.name, batch=trained.batch)
-
-
-def _call_costs(gm: torch.fx.GraphModule, records: dict[str, dict]) -> tuple[float, float]:
-    """The profile's seconds of an op call that computes nothing, forward and backward: the median measured time
-    of its views (an alias, a reshape: no arithmetic, only the call), each op's fixed cost (at most its cost);
-    without views, the cheapest op's."""
-    views = [records[n.name] for n in gm.graph.nodes if n.name in records and "measured" in records[n.name]
-             and _op_name(gm, n) in ALIASING_OPS]
-    measured = [r for r in records.values() if "measured" in r]
-    if not measured:
-        return 0.0, 0.0
-    forward = statistics.median([r["measured"] for r in views]) if views else min(r["measured"] for r in measured)
-    backward_views = [r["measured_backward"] for r in views if "measured_backward" in r]
-    backward = statistics.median(backward_views) if backward_views else forward
-    return forward, backward

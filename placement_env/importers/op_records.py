@@ -1,0 +1,126 @@
+"""One run of a traced program, op by op: :class:`OpRecorder` records each op's output bytes and FLOPs (on fake
+tensors) or also its measured forward and backward seconds (``profile``), and :func:`call_costs` the seconds of an
+op call that computes nothing, the fixed part of every profiled op (``Node.fixed_cost``); what
+:func:`~placement_env.importers.pytorch.from_torch` builds its graph from."""
+
+from __future__ import annotations
+
+import operator
+import statistics
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+# ops whose output aliases (or is a re-layout of) their first input: colocated with its producer
+ALIASING_OPS = frozenset({
+    "view", "_unsafe_view", "reshape", "view_as", "transpose", "permute", "t", "expand", "expand_as", "squeeze",
+    "unsqueeze", "flatten", "unflatten", "slice", "select", "narrow", "getitem", "alias", "as_strided", "detach",
+    "split", "chunk", "unbind", "contiguous", "dropout", "identity",
+})
+
+
+def tensor_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v) for v in value.values())
+    return 0
+
+
+def op_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
+    if node.op == "call_module":
+        return type(gm.get_submodule(str(node.target))).__name__.lower()
+    if node.op == "call_method":
+        return str(node.target)
+    target = node.target
+    if target is operator.getitem:
+        return "getitem"
+    name = getattr(target, "__name__", str(target))
+    return name.split(".")[0]  # "conv2d.default" -> "conv2d"
+
+
+class OpRecorder(torch.fx.Interpreter):
+    """Runs the graph once, recording each op's output bytes, FLOPs and (optionally) measured forward and
+    backward times."""
+
+    def __init__(self, gm: torch.fx.GraphModule, profile: bool, repeats: int, backward: bool = False) -> None:
+        super().__init__(gm)
+        self.profile, self.repeats, self.backward = profile, repeats, backward
+        self.records: dict[str, dict] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op not in ("call_function", "call_method", "call_module"):
+            return super().run_node(n)
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            out = super().run_node(n)
+        record = {"flops": float(counter.get_total_flops()), "output_bytes": tensor_bytes(out)}
+        if self.profile:
+            times = []
+            for _ in range(self.repeats):
+                t0 = time.perf_counter()
+                super().run_node(n)
+                times.append(time.perf_counter() - t0)
+            record["measured"] = statistics.median(times)
+            if self.backward:
+                measured = self._backward_time(n)
+                if measured is not None:
+                    record["measured_backward"] = measured
+        self.records[n.name] = record
+        return out
+
+    def _backward_time(self, n: torch.fx.Node) -> float | None:
+        """The median of ``repeats`` timed backward passes of ``n`` alone (its tensor inputs made leaves that
+        require grad, the gradient of its outputs ones), as a measured step runs an op's backward; ``None``
+        when nothing of it is differentiable or autograd refuses it (an in-place op on a leaf)."""
+        import torch.utils._pytree as pytree
+
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+
+        def leaf(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.is_floating_point() and not isinstance(x, nn.Parameter):
+                return x.detach().clone().requires_grad_(True)
+            return x
+
+        try:
+            with torch.enable_grad():
+                args, kwargs = pytree.tree_map(leaf, (args, kwargs))
+                out = getattr(self, n.op)(n.target, args, kwargs)
+                outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+                if not outs:
+                    return None
+                grads = [torch.ones_like(t) for t in outs]
+                times = []
+                for _ in range(self.repeats + 1):  # the first, untimed, warms the kernels up
+                    t0 = time.perf_counter()
+                    torch.autograd.backward(outs, grads, retain_graph=True)
+                    times.append(time.perf_counter() - t0)
+        except RuntimeError:
+            return None
+        finally:
+            for param in self.module.parameters():
+                param.grad = None
+        return statistics.median(times[1:])
+
+
+def call_costs(gm: torch.fx.GraphModule, records: dict[str, dict]) -> tuple[float, float]:
+    """The profile's seconds of an op call that computes nothing, forward and backward: the median measured time
+    of its views (an alias, a reshape: no arithmetic, only the call), each op's fixed cost (at most its cost);
+    without views, the cheapest op's."""
+    views = [records[n.name] for n in gm.graph.nodes if n.name in records and "measured" in records[n.name]
+             and op_name(gm, n) in ALIASING_OPS]
+    measured = [r for r in records.values() if "measured" in r]
+    if not measured:
+        return 0.0, 0.0
+    forward = statistics.median([r["measured"] for r in views]) if views else min(r["measured"] for r in measured)
+    backward_views = [r["measured_backward"] for r in views if "measured_backward" in r]
+    backward = statistics.median(backward_views) if backward_views else forward
+    return forward, backward
+
+
+__all__ = ["ALIASING_OPS", "OpRecorder", "call_costs", "op_name", "tensor_bytes"]
