@@ -326,8 +326,7 @@ def test_a_policy_whose_settings_have_the_wrong_type_is_one_error(tmp_path, chan
 
 REAPED_DRIVER = """import subprocess, sys, time
 from agents.jobs.reaper import start_reaper
-start_reaper(every=0.1)
-time.sleep(0.5)
+start_reaper(every=0.1, seen_file=sys.argv[1])
 # a child in a session of its own, with a child of its own, as Ray's node processes are
 child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                           "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
@@ -339,13 +338,17 @@ time.sleep(60)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the reaper reads /proc")
-def test_the_reaper_ends_the_descendants_of_a_killed_driver_and_nothing_else():
+def test_the_reaper_ends_the_descendants_of_a_killed_driver_and_nothing_else(tmp_path):
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    driver = subprocess.Popen([sys.executable, "-c", REAPED_DRIVER], stdout=subprocess.PIPE, text=True,
+    seen = tmp_path / "seen"
+    driver = subprocess.Popen([sys.executable, "-c", REAPED_DRIVER, str(seen)], stdout=subprocess.PIPE, text=True,
                               cwd=Path(__file__).resolve().parents[1])
     try:
         child, grandchild = (int(x) for x in driver.stdout.readline().split())
-        time.sleep(0.5)  # the reaper has seen them
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (seen.exists()
+                                                   and {child, grandchild} <= set(map(int, seen.read_text().split()))):
+            time.sleep(0.05)  # until the reaper has seen them
         assert running(child) and running(grandchild)
         driver.kill()
         driver.wait()

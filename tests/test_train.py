@@ -337,11 +337,20 @@ def test_progress_lines_keep_coming_and_say_the_best_so_far(capsys):
     best: list[float] = []
     report = ProgressReport("lines", 60.0, 1000, lambda: 12.0, lambda: 345,
                             lambda: best[-1] if best else None, every=0.05)
+    shown = ""
+
+    def wait_for_lines(count: int) -> None:  # however slow the machine: an event, not a fixed sleep
+        nonlocal shown
+        deadline = time.monotonic() + 60
+        while shown.count("\n") < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+            shown += capsys.readouterr().err
+
     with report:
-        time.sleep(0.12)  # no step comes (as during a long update): lines still do
+        wait_for_lines(2)  # no step comes (as during a long update): lines still do
         best.append(0.021315)
-        time.sleep(0.12)
-    lines = capsys.readouterr().err.strip().splitlines()
+        wait_for_lines(shown.count("\n") + 1)
+    lines = (shown + capsys.readouterr().err).strip().splitlines()
     assert len(lines) >= 3 and lines[0] == ("training: 12 s of 60 s, 345 environment steps (stops at --timesteps "
                                             "1,000), best none yet")
     assert lines[-1] == "training: 12 s of 60 s, 345 environment steps (stops at --timesteps 1,000), best 21.315 ms"

@@ -49,7 +49,7 @@ def descendants(roots):  # {pid: start time} of every descendant of roots
         frontier = following
     return found
 
-driver, every = int(sys.argv[1]), float(sys.argv[2])
+driver, every, seen_file = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 born = stat(driver)[2]
 seen = {}
 while True:
@@ -57,6 +57,10 @@ while True:
     if now is None or now[0] == "Z" or now[2] != born:
         break
     seen.update(descendants([driver]))
+    if seen_file:  # the processes it would end, one PID a line, replaced whole
+        with open(seen_file + ".tmp", "w") as f:
+            f.write("".join(f"{pid}\n" for pid in seen))
+        os.replace(seen_file + ".tmp", seen_file)
     time.sleep(every)
 seen.update(descendants(list(seen)))
 for pid, start in seen.items():
@@ -69,11 +73,13 @@ for pid, start in seen.items():
 """
 
 
-def start_reaper(every: float = REAPER_POLL_SECONDS) -> subprocess.Popen | None:
-    """Start the reaper of this process (see the module docstring); returns it, to be terminated when this
-    process ends its children itself, or None where there is no ``/proc``."""
+def start_reaper(every: float = REAPER_POLL_SECONDS, seen_file: str | None = None) -> subprocess.Popen | None:
+    """Start the reaper of this process (see the module docstring), noting descendants every ``every`` seconds;
+    returns it, to be terminated when this process ends its children itself, or None where there is no
+    ``/proc``. With ``seen_file``, after each look it writes there the PIDs it would end, one a line (replaced
+    whole: for diagnosis, and for tests that wait until it has seen a process rather than for a fixed time)."""
     if not Path(f"/proc/{os.getpid()}/stat").exists():
         return None
-    return subprocess.Popen([sys.executable, "-c", _REAPER, str(os.getpid()), str(every)],
+    return subprocess.Popen([sys.executable, "-c", _REAPER, str(os.getpid()), str(every), seen_file or ""],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, close_fds=True)
