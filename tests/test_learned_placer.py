@@ -4,6 +4,7 @@ benchmark (canonical optima, bad input, resumable caches)."""
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -409,3 +410,26 @@ def test_the_command_s_sample_bound_is_the_placer_s():
     with pytest.raises(ValueError, match="samples must be at most 65,536"):
         placer.place(load_graph("cifar10/0"), Cluster.preset("p100", 3), new_network(), zero_shot=True,
                      samples=placer.MAX_SAMPLES + 1)
+
+
+def test_fine_tuning_judges_only_the_proposals_its_share_of_the_budget_affords(monkeypatch):
+    """With 64 micro-batches, judging 512 proposals took 4 s of a 10-s budget (agents.place took 64 s in all
+    before the bounds): fine-tuning now judges the most likely proposals that fit its share, at least 8."""
+    import agents.learned.placer as placer
+
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+
+    class Problem:
+        def __init__(self, seconds_each: float) -> None:
+            self.each = seconds_each
+
+        def judge(self, rows):
+            now[0] += self.each * len(rows)
+            return np.zeros(len(rows)), np.zeros(len(rows))
+
+    rows = np.zeros((512, 4), dtype=np.int64)
+    assert placer.affordable_rows(Problem(0.1), rows, 1.0) == 10
+    assert placer.affordable_rows(Problem(1.0), rows, 1.0) == placer.FIRST_JUDGED
+    assert placer.affordable_rows(Problem(1e-4), rows, 1.0) == 512
+    assert placer.affordable_rows(Problem(0.0), rows, 1.0) == 512

@@ -8,7 +8,9 @@ Two ways, both from a policy made by :mod:`agents.learned.pretraining` (the ship
   kept; with ``passes`` above 1, each further pass shows the policy the best placement so far instead of the
   start placement and draws ``samples`` more; when every one is out of memory, the best is repaired as the
   classical placers' placements are.
-* **fine-tuned** (the default, ``budget_seconds``, default :data:`DEFAULT_BUDGET_SECONDS`): first
+* **fine-tuned** (the default, ``budget_seconds``, default :data:`DEFAULT_BUDGET_SECONDS`): the most likely of
+  the ``samples`` proposals that can be judged in :data:`PROPOSAL_SHARE` of the budget give the first start
+  (all of them on a quick step, a few on a long one such as many micro-batches); then
   :data:`EXPLORE_SHARE` of the budget anneals from each of the :data:`EXPLORE_STARTS` best starts (the best
   zero-shot proposal and the placements of the fast classical placers the ``anneal`` placer starts from), then
   the search rounds (:func:`agents.algorithms.search_rounds.search_rounds`) for the rest: the policy proposes,
@@ -66,6 +68,8 @@ EXPLORE_SHARE = 0.6  # the part of the budget first spent annealing from each of
 EXPLORE_STARTS = 3
 INCUMBENT_SHARE: float | None = 0.75  # a round's share continuing the best placement (the rest: its best proposal)
 ROLLOUT_STEPS = 10  # environment steps a policy of another algorithm takes
+PROPOSAL_SHARE = 0.1  # fine-tuning judges the policy's first proposals for at most this part of the budget
+FIRST_JUDGED = 8  # proposals judged first, to time a simulation of the step
 
 
 @dataclass(frozen=True)
@@ -277,6 +281,8 @@ def _learned_placement(graph: ComputationGraph, cluster: Cluster, policy: Any, b
     problem = fitted_problem(graph, cluster, network, seed, step)
     torch.manual_seed(seed)
     rows = proposals(network, problem, samples, seed, ZERO_SHOT_TEMPERATURE)
+    if not zero_shot:  # a start, judged within its share: a long step (many micro-batches) judges fewer
+        rows = rows[:affordable_rows(problem, rows, PROPOSAL_SHARE * budget)]
     makespan, overflow = problem.judge(rows)
     best = int(np.lexsort((makespan, overflow))[0])
     if zero_shot:
@@ -313,6 +319,16 @@ def _learned_placement(graph: ComputationGraph, cluster: Cluster, policy: Any, b
     placement = problem.graph.expand_unit_placement(units)  # a device per node: coarsening only groups ops
     return LearnedPlacement(placement, mk, over, time.perf_counter() - began,
                             "zero-shot" if zero_shot else "fine-tuned", rounds)
+
+
+def affordable_rows(problem: PlacementProblem, rows: np.ndarray, seconds: float) -> int:
+    """How many of ``rows`` (placements, most likely first) ``problem.judge`` takes about ``seconds`` to judge,
+    at least :data:`FIRST_JUDGED`, timed on those first ones."""
+    first = rows[:FIRST_JUDGED]
+    began = time.perf_counter()
+    problem.judge(first)
+    each = (time.perf_counter() - began) / len(first)
+    return max(len(first), min(len(rows), int(seconds / each) if each > 0 else len(rows)))
 
 
 def _explore(problem: PlacementProblem, archive: EliteArchive, proposal: np.ndarray, deadline: float, seed: int,
