@@ -4,6 +4,7 @@
     python benchmarks/reliability.py workers [--workers 64]   # two pretraining jobs with --workers 64: peak memory
     python benchmarks/reliability.py kill [--ray]             # SIGKILL / SIGTERM the driver: processes left after 5 s
     python benchmarks/reliability.py loading                  # hostile small files: refused how fast, in how much
+    python benchmarks/reliability.py round4                   # the fourth round: unbounded counts, orphans, tied grads
 
 ``lock``: in each trial four processes start within a millisecond of each other on one output folder (fresh, or
 with a lock file left by a process that no longer runs) and each holds :class:`agents.training.lock.OutputLock`
@@ -15,7 +16,12 @@ are busy; every process it started is counted at the kill and 5 s later (zombies
 user would run (``python -m agents.place --policy``, ``python -m baselines --graph``): a 325 KB policy whose
 ``checkpoint.json`` declares ``hidden_dim`` 8192 and ``num_layers`` 8 (the shipped policy's weights), a 2 MB zip
 whose ``policy.pt`` expands to 2 GiB, a 1 MB ``.json.gz`` of 1 GiB of whitespace; for each, the exit status, the
-stderr lines, the seconds and the peak memory of the process.
+stderr lines, the seconds and the peak memory of the process. ``round4``: ``--microbatches 1000000`` and
+``--devices 100000`` given to each of the five commands (exit status, stderr lines, seconds, peak memory, files
+written into ``--out``); a driver running ``measure_step`` (GPT-2-sized matrix products on two local workers) and
+``benchmarks/fidelity.py`` under ``timeout``, each stopped by SIGTERM and by SIGKILL once its workers are busy,
+with the processes alive 5 s later; the largest difference between ``measure_step``'s gradients and the model's
+for a tied embedding read on two devices.
 """
 
 from __future__ import annotations
@@ -180,9 +186,110 @@ def kill_driver(how: signal.Signals, ray: bool, out: Path) -> str:
             f"{len(written_after)} files written after")
 
 
+UNBOUNDED = [["--microbatches", "1000000"], ["--devices", "100000"]]
+COMMANDS = {"simulate": ["-m", "placement_env", "simulate", "--placement", "{p}"], "baselines": ["-m", "baselines"],
+            "agents.place": ["-m", "agents.place"], "train.py": ["train.py", "--out", "{out}"],
+            "agents.benchmark": ["-m", "agents.benchmark", "--out", "{out}"]}
+MEASURING_DRIVER = """import torch, torch.nn as nn
+from placement_env import from_torch
+from placement_env.runtime import measure_step
+class Wide(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(768, 3072), nn.Linear(3072, 768)
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+if __name__ == "__main__":
+    model, x = Wide(), torch.randn(512, 768)
+    graph = from_torch(model, (x,))
+    measure_step(model, (x,), graph, [0 if n.module == "a" else 1 for n in graph.nodes], repeats=100000)
+"""
+TIED = """import numpy as np, torch, torch.nn as nn
+from placement_env import from_torch
+from placement_env.runtime import measure_step
+class TiedHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.mid = nn.Embedding(20, 16), nn.Linear(16, 16)
+        self.head = nn.Linear(16, 20, bias=False)
+        self.head.weight = self.emb.weight
+    def forward(self, x):
+        return self.head(torch.relu(self.mid(self.emb(x))))
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    model, x = TiedHead(), torch.randint(0, 20, (4, 5))
+    graph = from_torch(model, (x,))
+    got = measure_step(model, (x,), graph, [1 if n.module == "head" else 0 for n in graph.nodes], repeats=1)
+    model(x).sum().backward()
+    print(max(float(np.abs(got.gradients[n] - p.grad.numpy()).max()) for n, p in model.named_parameters()))
+"""
+
+
+def unbounded_rows(root: Path) -> list[str]:
+    """Each command given each unbounded count: what it did."""
+    from placement_env import load_graph
+
+    placement = root / "p.json"
+    placement.write_text(json.dumps([0] * load_graph("default").num_nodes))
+    rows = []
+    for name, command in COMMANDS.items():
+        for extra in UNBOUNDED:
+            out = root / f"out-{name}-{extra[0][2:]}"
+            argv = [sys.executable, *[a.format(p=placement, out=out) for a in command], *extra]
+            peak, _, seconds, status, err = tree_peak(argv)
+            lines = err.strip().splitlines()
+            written = sum(1 for p in out.rglob("*") if p.is_file()) if out.exists() else 0
+            rows.append(f"{name} {' '.join(extra)}: exit {status} in {seconds:.1f} s, peak {peak / 2**20:.0f} MB, "
+                        f"{len(lines)} stderr line(s), {written} file(s) written: {lines[-1] if lines else ''}")
+    return rows
+
+
+def stop_when_busy(command: list[str], how: signal.Signals, busy_children: int) -> str:
+    """Start ``command``; once ``busy_children`` descendants use the CPU, send ``how`` to it; the processes it had
+    started still alive 5 s after it ended."""
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            busy = [c for c in driver.children(recursive=True) if c.cpu_percent(interval=0.2) > 20]
+        except psutil.Error:
+            continue
+        if len(busy) >= busy_children:
+            break
+    if proc.poll() is not None:
+        return f"{how.name}: the driver ended (exit {proc.returncode}) before its workers were busy"
+    started = driver.children(recursive=True)
+    proc.send_signal(how)
+    proc.wait(timeout=60)
+    time.sleep(5.0)
+    left = alive(started)
+    for p in left:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    return f"{how.name}: {len(started)} processes started, {len(left)} alive 5 s after the driver ended"
+
+
+def round4(root: Path) -> None:
+    for row in unbounded_rows(root):
+        print(row)
+    driver = root / "measuring.py"
+    driver.write_text(MEASURING_DRIVER)
+    for how in (signal.SIGTERM, signal.SIGKILL):
+        print(f"measure_step's driver, {stop_when_busy([sys.executable, str(driver)], how, 2)}")
+        print(f"benchmarks/fidelity.py, {stop_when_busy([sys.executable, 'benchmarks/fidelity.py'], how, 2)}")
+    tied = root / "tied.py"
+    tied.write_text(TIED)
+    done = subprocess.run([sys.executable, str(tied)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    print(f"measure_step, tied embedding read on two devices: largest gradient difference from the model's "
+          f"{done.stdout.strip() or done.stderr.strip().splitlines()[-1]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["lock", "workers", "kill", "loading"])
+    parser.add_argument("what", choices=["lock", "workers", "kill", "loading", "round4"])
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--workers", type=int, default=64)
     parser.add_argument("--ray", action="store_true", help="kill: the experiment on Ray instead of --workers 2")
@@ -199,6 +306,8 @@ def main() -> int:
             peak, most, seconds = workers_peak(args.workers, root / "out")
             print(f"pretraining, 2 expert jobs, --workers {args.workers}: peak {peak / 2**30:.2f} GiB over the "
                   f"process tree, at most {most} processes, {seconds:.1f} s")
+        elif args.what == "round4":
+            round4(root)
         elif args.what == "loading":
             for name, command in hostile_files(root).items():
                 peak, _, seconds, status, err = tree_peak(command)
