@@ -37,14 +37,16 @@ from placement_env.cluster import Cluster
 from placement_env.graph.io import graph_digest
 from placement_env.graph.model import ComputationGraph
 from placement_env.json_files import read_json_file, write_json_file
-from placement_env.sim.pipeline import SCHEDULES, checked_microbatches, checked_schedule
+from placement_env.sim.pipeline import checked_microbatches, checked_schedule
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, simulate
 
 from .module_tree import checked_device_placement
+from .schedules import checked_plan_schedule
 from .split_points import to_split_points
 
 PLAN_FORMAT = "device-placement-pipeline-plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1: one replica, one chunk a rank, no recomputation
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class PlanStage:
         ops: its forward ops.
         parameter_bytes: bytes of the parameters its ops read.
         simulated_peak_memory: the simulator's peak memory of its device, bytes.
+        replica_devices: the device of each data-parallel replica (replica 0's is ``device``); empty for one
+            replica.
+        recompute: whether its rank keeps only its inputs and reruns the forward in the backward.
     """
 
     rank: int
@@ -68,6 +73,13 @@ class PlanStage:
     ops: int
     parameter_bytes: float
     simulated_peak_memory: float
+    replica_devices: list[int] = field(default_factory=list)
+    recompute: bool = False
+
+    @property
+    def devices(self) -> list[int]:
+        """The device of each replica, replica 0 first."""
+        return self.replica_devices or [self.device]
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,9 @@ class PipelinePlan:
         param_factor: static bytes per parameter byte in ``simulated_peak_memory``.
         unused_devices: the cluster's devices that hold no stage.
         notes: plain sentences on what a user should know (unused devices, stages without parameters).
+        replicas: D, the data-parallel replicas of the pipeline (each stage's ``devices``).
+        virtual_stages: v, the chunks each pipeline rank runs: ``stages`` lists the ``S x v`` chunks in program
+            order, chunk ``c`` on rank ``c mod S`` (v = 1: a stage per rank).
     """
 
     graph: str
@@ -109,10 +124,18 @@ class PipelinePlan:
     param_factor: float = DEFAULT_PARAM_FACTOR
     unused_devices: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    replicas: int = 1
+    virtual_stages: int = 1
 
     @property
     def num_stages(self) -> int:
-        return len(self.stages)
+        """The pipeline's ranks (S: its stages, each on one device of each replica)."""
+        return len(self.stages) // self.virtual_stages
+
+    @property
+    def devices(self) -> list[list[int]]:
+        """``devices[s][r]``: the device of rank ``s`` in replica ``r``."""
+        return [self.stages[s].devices for s in range(self.num_stages)]
 
     @property
     def split_spec(self) -> list[str]:
@@ -152,28 +175,46 @@ class PipelinePlan:
         """A plan from :meth:`to_dict`'s data; ``ValueError`` naming ``source`` and the first wrong field."""
         if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
             raise ValueError(f"{source}: not a pipeline plan (no \"format\": \"{PLAN_FORMAT}\")")
-        if data.get("version") != PLAN_VERSION:
-            raise ValueError(f"{source}: plan version {data.get('version')!r}, this version reads {PLAN_VERSION}")
+        if data.get("version") not in READABLE_VERSIONS:
+            raise ValueError(f"{source}: plan version {data.get('version')!r}, this version reads "
+                             f"{', '.join(map(str, READABLE_VERSIONS))}")
         get = _Fields(data, source)
         num_devices = get.count("num_devices")
-        stages = []
-        for k, raw in enumerate(get.array("stages")):
+        replicas = get.count("replicas") if "replicas" in data else 1
+        virtual = get.count("virtual_stages") if "virtual_stages" in data else 1
+        raw_stages = get.array("stages")
+        if not raw_stages:
+            raise ValueError(f"{source}: a plan has at least one stage")
+        if len(raw_stages) % virtual:
+            raise ValueError(f"{source}: {len(raw_stages)} stages are not {virtual} virtual stages of each rank")
+        ranks = len(raw_stages) // virtual
+        stages: list[PlanStage] = []
+        for k, raw in enumerate(raw_stages):
             item = _Fields(raw, f"{source}: stage {k}")
+            replica_devices = [int(d) for d in item.array("replica_devices")] if "replica_devices" in raw else []
             stage = PlanStage(item.count("rank", 0), item.count("device", 0), item.optional_text("begins_at"),
                               item.texts("layers"), item.count("ops", 0), item.number("parameter_bytes"),
-                              item.number("simulated_peak_memory"))
-            if stage.rank != k:
-                raise ValueError(f"{source}: stage {k} has rank {stage.rank}; stages are listed in rank order")
-            if stage.device >= num_devices:
-                raise ValueError(f"{source}: stage {k} is on device {stage.device}, the plan's cluster has "
+                              item.number("simulated_peak_memory"), replica_devices,
+                              bool(raw.get("recompute", False)))
+            if stage.rank != k % ranks:
+                raise ValueError(f"{source}: stage {k} has rank {stage.rank}; stage k runs on rank k mod {ranks}")
+            if len(stage.devices) != replicas or stage.devices[0] != stage.device:
+                raise ValueError(f"{source}: stage {k} lists {len(stage.devices)} replica devices beginning with "
+                                 f"{stage.devices[0]}; the plan has {replicas} replicas, the first on device "
+                                 f"{stage.device}")
+            bad = [d for d in stage.devices if not 0 <= d < num_devices]
+            if bad:
+                raise ValueError(f"{source}: stage {k} is on device {bad[0]}, the plan's cluster has "
                                  f"{num_devices} devices")
             if (k == 0) != (stage.begins_at is None):
                 raise ValueError(f"{source}: stage {k} " + ("begins at a module; the first stage begins at the "
                                  "inputs" if k == 0 else "has no begins_at module"))
+            if k >= ranks and (stage.devices != stages[k - ranks].devices
+                               or stage.recompute != stages[k - ranks].recompute):
+                raise ValueError(f"{source}: stage {k} runs on rank {stage.rank}, whose devices and recomputation "
+                                 f"stage {k - ranks} gives otherwise")
             stages.append(stage)
-        if not stages:
-            raise ValueError(f"{source}: a plan has at least one stage")
-        devices = [s.device for s in stages]
+        devices = [d for stage in stages[:ranks] for d in stage.devices]
         if len(set(devices)) != len(devices):
             raise ValueError(f"{source}: device {next(d for d in devices if devices.count(d) > 1)} holds two stages")
         tied = []
@@ -187,15 +228,17 @@ class PipelinePlan:
             tied.append(group)
         microbatches = get.count("microbatches")
         schedule = get.text("schedule")
-        if schedule not in SCHEDULES:
-            raise ValueError(f"{source}: unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+        try:
+            checked_plan_schedule(schedule, ranks, virtual, microbatches)
+        except ValueError as error:
+            raise ValueError(f"{source}: {error}") from None
         batch = data.get("batch")
         if batch is not None:
             batch = get.count("batch")
         unused = [int(d) for d in get.array("unused_devices")]
         return cls(get.text("graph"), get.text("graph_digest"), batch, get.text("cluster"), num_devices,
                    microbatches, schedule, stages, tied, get.number("simulated_step_seconds"),
-                   get.number("param_factor"), unused, get.texts("notes"))
+                   get.number("param_factor"), unused, get.texts("notes"), replicas, virtual)
 
 
 class _Fields:

@@ -140,6 +140,10 @@ def run_pipeline(model: Any, example_inputs: Sequence[Any] | Any, plan: Pipeline
     if plan.schedule not in SCHEDULE_CLASSES:
         raise ValueError(f"the plan's schedule {plan.schedule!r} is not one the runner knows: "
                          f"{', '.join(SCHEDULE_CLASSES)}")
+    if plan.replicas != 1 or plan.virtual_stages != 1 or any(stage.recompute for stage in plan.stages):
+        raise ValueError(f"the runner runs one replica of one chunk a rank without recomputation; this plan has "
+                         f"{plan.replicas} replicas, {plan.virtual_stages} virtual stages a rank and recomputes on "
+                         f"{sum(stage.recompute for stage in plan.stages)} stages")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_plan_matches(model, plan)

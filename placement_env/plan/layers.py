@@ -1,0 +1,158 @@
+"""A graph cut into chunks of layers, and what each chunk costs: :func:`placement_of_modules`,
+:func:`chunk_costs`.
+
+A pipeline runtime runs a model as a list of layers (:func:`~placement_env.plan.module_tree.layer_sequence`),
+cut into contiguous *chunks*: a stage's layers, or, with virtual stages, each of a rank's pieces. The step of a
+plan (``docs/spec/simulator.md`` section 3b) is simulated on the chunks, not on the ops: each chunk is summed
+into its forward and backward seconds, its parameters and its activations (:class:`ChunkCosts`), as the
+runtimes run a chunk whole, one micro-batch at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from placement_env.graph.model import ComputationGraph
+
+WEIGHT_GRADIENT_SHARE = 0.5
+"""Of the backward of an op that reads a parameter, the part that computes the weight's gradient (W; the rest, the
+input's gradient, is B): the training graphs give such a backward twice its forward's cost, one forward's worth
+for each (docs/spec/simulator.md section 5)."""
+
+
+def placement_of_modules(graph: ComputationGraph, index_of: dict[str, int]) -> np.ndarray:
+    """An index per op of ``graph`` (int64): each placement unit gets the index of the module of its first op in
+    program order (or of that module's nearest ancestor listed in ``index_of``); a unit under no listed module (an
+    input, the model's glue) gets the index of the unit before it, the first of all 0."""
+    units = np.zeros(graph.num_units, dtype=np.int64)
+    decided = np.zeros(graph.num_units, dtype=bool)
+    current = 0
+    for i, node in enumerate(graph.nodes):  # program order
+        unit = int(graph.unit_of[i])
+        if node.module and node.phase != "backward":
+            parts = node.module.split(".")
+            listed = next((".".join(parts[:k]) for k in range(len(parts), 0, -1)
+                           if ".".join(parts[:k]) in index_of), None)
+            if listed is not None:
+                current = index_of[listed]
+            elif "" in index_of:
+                current = index_of[""]
+        if not decided[unit]:
+            units[unit], decided[unit] = current, True
+    return graph.expand_unit_placement(units)
+
+
+def placement_of_layers(graph: ComputationGraph, layers: Sequence[str], parts: Sequence[int]) -> np.ndarray:
+    """The chunk of each op when ``layers[parts[c]:parts[c + 1]]`` form chunk ``c`` (:func:`placement_of_modules`)."""
+    return placement_of_modules(graph, {layer: c for c in range(len(parts) - 1)
+                                        for layer in layers[parts[c]:parts[c + 1]]})
+
+
+@dataclass(frozen=True)
+class ChunkCosts:
+    """What each of a graph's chunks costs, for the whole batch on a device of speed 1 (arrays, one entry a chunk).
+
+    Attributes:
+        forward, forward_fixed: the forward ops' seconds, and the part of them each micro-batch pays whole
+            (``Node.fixed_cost``); a micro-batch of a fraction ``q`` of the batch takes
+            ``forward_fixed + q * (forward - forward_fixed)``.
+        backward_input, backward_input_fixed: the backward ops' seconds that compute the inputs' gradients (B).
+        backward_weight, backward_weight_fixed: those that compute the weights' gradients (W:
+            :data:`WEIGHT_GRADIENT_SHARE` of the backward of each op reading a parameter).
+        update: the optimizer's update ops' seconds (once per step).
+        parameter_bytes: the parameters the chunk's ops read (a parameter read by several chunks in each).
+        saved_bytes: the forward outputs a backward op reads (kept from a micro-batch's forward to its backward).
+        boundary_bytes: the tensors produced in chunks ``0..c`` and read by the forward of chunks after ``c``
+            (what chunk ``c`` sends to chunk ``c + 1``, and the gradient sent back); the last entry is 0.
+        input_bytes: the tensors a chunk's forward reads from earlier chunks (the first chunk: the model's
+            inputs): what a recomputing chunk keeps of a micro-batch.
+        batch: the graph's batch (None when it records none).
+    """
+
+    forward: np.ndarray
+    forward_fixed: np.ndarray
+    backward_input: np.ndarray
+    backward_input_fixed: np.ndarray
+    backward_weight: np.ndarray
+    backward_weight_fixed: np.ndarray
+    update: np.ndarray
+    parameter_bytes: np.ndarray
+    saved_bytes: np.ndarray
+    boundary_bytes: np.ndarray
+    input_bytes: np.ndarray
+    batch: int | None
+
+    @property
+    def num_chunks(self) -> int:
+        return int(self.forward.shape[0])
+
+
+def chunk_costs(graph: ComputationGraph, chunk_of: np.ndarray) -> ChunkCosts:
+    """The :class:`ChunkCosts` of ``graph`` with op ``i`` in chunk ``chunk_of[i]`` (0..K-1, chunks in program
+    order, each op of a placement unit in one chunk)."""
+    chunk_of = np.asarray(chunk_of, dtype=np.int64)
+    k = int(chunk_of.max()) + 1 if chunk_of.size else 0
+    phase = np.array([node.phase or "forward" for node in graph.nodes])
+    fixed = np.array([node.fixed_cost or 0.0 for node in graph.nodes])
+    is_parameter = np.array([node.op == "parameter" for node in graph.nodes])
+    forward, backward, update = phase == "forward", phase == "backward", phase == "update"
+    src, dst = graph.edge_src, graph.edge_dst
+    # a forward op reads a parameter when it holds one or a parameter op feeds it; its backward (colocated, the
+    # id with "_grad") then computes a weight gradient too
+    reads_parameter = (graph.param_bytes > 0) & forward & ~is_parameter
+    reads_parameter[dst[is_parameter[src] & forward[dst]]] = True
+    index = {node.id: i for i, node in enumerate(graph.nodes)}
+    weight_share = np.zeros(graph.num_nodes)
+    for i in np.flatnonzero(backward):
+        origin = index.get(graph.nodes[i].id.removesuffix("_grad"))
+        if origin is not None and reads_parameter[origin]:
+            weight_share[i] = WEIGHT_GRADIENT_SHARE
+
+    def by_chunk(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return np.bincount(chunk_of[mask], weights=values[mask], minlength=k)
+
+    cost = graph.cost
+    # parameters: each chunk whose forward ops read a parameter op counts it; other ops' own parameters once
+    parameter_bytes = by_chunk(graph.param_bytes, forward & ~is_parameter)
+    readers = sorted({(int(s), int(chunk_of[d])) for s, d in zip(src.tolist(), dst.tolist())
+                      if is_parameter[s] and forward[d]})
+    for s, c in readers:
+        parameter_bytes[c] += graph.param_bytes[s]
+    read = {s for s, _ in readers}
+    for unread in np.flatnonzero(is_parameter & (graph.param_bytes > 0)):  # a parameter no forward op reads
+        if int(unread) not in read:
+            parameter_bytes[chunk_of[unread]] += graph.param_bytes[unread]
+    saved = np.zeros(graph.num_nodes, dtype=bool)
+    saved[src[forward[src] & backward[dst] & ~is_parameter[src]]] = True
+    # activations crossing chunk boundaries: a tensor of chunk a read by the forward of chunk b > a crosses the
+    # boundaries a .. b-1, once whatever its readers
+    last_reader = np.full(graph.num_nodes, -1, dtype=np.int64)
+    crossing = forward[src] & forward[dst] & ~is_parameter[src]
+    np.maximum.at(last_reader, src[crossing], chunk_of[dst[crossing]])
+    boundary_delta = np.zeros(k + 1)
+    input_bytes = np.zeros(k)
+    for u in np.flatnonzero(last_reader > chunk_of):
+        a, b = int(chunk_of[u]), int(last_reader[u])
+        boundary_delta[a] += graph.output_bytes[u]
+        boundary_delta[b] -= graph.output_bytes[u]
+    for s, d in {(int(s), int(chunk_of[d])) for s, d in zip(src[crossing].tolist(), dst[crossing].tolist())
+                 if chunk_of[d] > chunk_of[s]}:
+        input_bytes[d] += graph.output_bytes[s]
+    inputs = np.array([node.op == "input" for node in graph.nodes])
+    if k:
+        input_bytes[0] += graph.output_bytes[inputs & (chunk_of == 0)].sum()
+    return ChunkCosts(
+        forward=by_chunk(cost, forward), forward_fixed=by_chunk(fixed, forward),
+        backward_input=by_chunk(cost * (1 - weight_share), backward),
+        backward_input_fixed=by_chunk(fixed * (1 - weight_share), backward),
+        backward_weight=by_chunk(cost * weight_share, backward),
+        backward_weight_fixed=by_chunk(fixed * weight_share, backward),
+        update=by_chunk(cost, update), parameter_bytes=parameter_bytes,
+        saved_bytes=by_chunk(graph.output_bytes, saved), boundary_bytes=np.cumsum(boundary_delta)[:k],
+        input_bytes=input_bytes, batch=graph.batch)
+
+
+__all__ = ["WEIGHT_GRADIENT_SHARE", "ChunkCosts", "chunk_costs", "placement_of_layers", "placement_of_modules"]

@@ -1,0 +1,374 @@
+"""The step of a plan, simulated on its chunks: :func:`simulate_layout` (and :func:`simulate_plan` for a
+:class:`~placement_env.plan.pipeline_plan.PipelinePlan`).
+
+The semantics are ``docs/spec/simulator.md`` section 3b: S ranks replicated D times, K = S x v chunks, m
+micro-batches of ``batch / (D m)`` per replica, a schedule (:mod:`placement_env.plan.schedules`), recomputation
+per rank, the gradients of each chunk all-reduced over its rank's replicas (ring) once every replica has ended
+its backward, tied parameters summed across ranks, then the update. Each replica's compute is an event
+simulation of its tasks and transfers; replicas whose devices and links are alike are simulated once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from placement_env.cluster import Cluster
+from placement_env.graph.io import graph_digest
+from placement_env.graph.model import ComputationGraph
+
+from .layers import ChunkCosts, chunk_costs, placement_of_layers
+from .pipeline_plan import PipelinePlan
+from .schedules import SPLIT_BACKWARD, Task, checked_plan_schedule, rank_sequences
+
+
+@dataclass(frozen=True)
+class PlanLayout:
+    """Where and how a plan runs its chunks (what :func:`simulate_layout` needs beyond the chunks' costs).
+
+    Attributes:
+        devices: ``devices[s][r]``, the cluster device of rank ``s`` in replica ``r`` (S rows of D).
+        microbatches: m, per replica and step.
+        schedule: one of :data:`~placement_env.plan.schedules.PLAN_SCHEDULES`.
+        virtual_stages: v, chunks per rank (chunk ``c`` on rank ``c mod S``).
+        recompute: per rank, whether it keeps only its chunks' inputs and reruns the forward in the backward
+            (empty: none does).
+        tied: ``(bytes, ranks)`` of each parameter summed across ranks after the reductions.
+        param_factor: static bytes per parameter byte.
+    """
+
+    devices: tuple[tuple[int, ...], ...]
+    microbatches: int
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    recompute: tuple[bool, ...] = ()
+    tied: tuple[tuple[float, tuple[int, ...]], ...] = ()
+    param_factor: float = 4.0
+
+    @property
+    def ranks(self) -> int:
+        return len(self.devices)
+
+    @property
+    def replicas(self) -> int:
+        return len(self.devices[0]) if self.devices else 0
+
+    def recomputes(self, rank: int) -> bool:
+        return bool(self.recompute) and self.recompute[rank]
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """A plan's simulated step.
+
+    Attributes:
+        seconds: the step's end (s).
+        peak_memory: bytes per cluster device (0 on a device the plan leaves unused).
+        busy: seconds of tasks and updates per cluster device.
+        compute_seconds: when the slowest replica ends its last task (before reductions and updates).
+        reductions: ``(rank, chunk, start s, end s)`` of every gradient all-reduce (D > 1).
+        schedule: ``(task, device, start s, end s)`` of every task of every replica, tasks named ``F3@5``
+            (chunk 3, micro-batch 5), ``B``, ``W``, ``update``; filled only when asked (``trace=True``).
+    """
+
+    seconds: float
+    peak_memory: np.ndarray
+    busy: np.ndarray
+    compute_seconds: float
+    reductions: list[tuple[int, int, float, float]] = field(default_factory=list)
+    schedule: list[tuple[str, int, float, float]] = field(default_factory=list)
+
+
+@dataclass
+class _Replica:
+    """One replica's simulated compute."""
+
+    last_end: np.ndarray  # per rank: its last task's end
+    chunk_ready: np.ndarray  # per chunk: the end of its last backward (weight) task
+    activations: np.ndarray  # per rank: peak bytes of activations
+    busy: np.ndarray  # per rank
+    tasks: list[tuple[str, int, float, float]]  # (task, rank, start, end)
+
+
+def ring_seconds(nbytes: float, devices: Sequence[int], cluster: Cluster) -> float:
+    """A ring all-reduce of ``nbytes`` over ``devices`` (in ring order): ``2 (n - 1)`` steps, each as long as the
+    slowest hop's ``latency + nbytes / (n bandwidth)``; 0 for fewer than two devices."""
+    n = len(devices)
+    if n < 2:
+        return 0.0
+    hops = [(devices[i], devices[(i + 1) % n]) for i in range(n)]
+    return 2 * (n - 1) * max(float(cluster.latency[a, b]) + nbytes / n / float(cluster.bandwidth[a, b])
+                             for a, b in hops)
+
+
+def simulate_layout(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, trace: bool = False) -> PlanStep:
+    """Simulate the step of chunks ``costs`` run as ``layout`` on ``cluster`` (``docs/spec/simulator.md``
+    section 3b).
+
+    Raises:
+        ValueError: a layout whose devices the cluster lacks or that uses a device twice, whose ranks, virtual
+            stages and chunks disagree, or whose schedule it cannot run; D x m not dividing the graph's batch.
+    """
+    s_, d_, v, m = layout.ranks, layout.replicas, layout.virtual_stages, layout.microbatches
+    check_layout(costs, layout, cluster)
+    orders = rank_sequences(layout.schedule, s_, v, m)
+    q = 1.0 / (d_ * m)
+    replicas: dict[tuple, _Replica] = {}
+    of_replica = []
+    for r in range(d_):
+        devices = [layout.devices[s][r] for s in range(s_)]
+        key = _replica_key(devices, costs.num_chunks, cluster)
+        if key not in replicas:
+            replicas[key] = _simulate_replica(costs, layout, cluster, devices, orders, q)
+        of_replica.append(replicas[key])
+    peak = np.zeros(cluster.num_devices)
+    busy = np.zeros(cluster.num_devices)
+    parameters = np.zeros(s_)
+    for c in range(costs.num_chunks):
+        parameters[c % s_] += costs.parameter_bytes[c]
+    # reductions: a chunk once every replica has ended its backward, one at a time per rank
+    ready = np.max([rep.chunk_ready for rep in of_replica], axis=0)
+    reduced = np.max([rep.last_end for rep in of_replica], axis=0) if d_ == 1 else np.zeros(s_)
+    reductions = []
+    if d_ > 1:
+        for s in range(s_):
+            free = 0.0
+            for c in sorted(range(s, costs.num_chunks, s_), key=lambda c: (ready[c], c)):
+                start = max(float(ready[c]), free)
+                free = start + ring_seconds(float(costs.parameter_bytes[c]), layout.devices[s], cluster)
+                reductions.append((s, c, start, free))
+            reduced[s] = free
+    tied_end = np.zeros(s_)
+    for nbytes, ranks in layout.tied:
+        start = max(float(reduced[s]) for s in ranks)
+        end = start + max(ring_seconds(nbytes, [layout.devices[s][r] for s in ranks], cluster) for r in range(d_))
+        for s in ranks:
+            tied_end[s] = max(tied_end[s], end)
+    update = np.zeros(s_)
+    for c in range(costs.num_chunks):
+        update[c % s_] += costs.update[c]
+    seconds = 0.0
+    schedule: list[tuple[str, int, float, float]] = []
+    for r, rep in enumerate(of_replica):
+        for s in range(s_):
+            device = layout.devices[s][r]
+            start = max(float(rep.last_end[s]), float(reduced[s]) if d_ > 1 else 0.0, float(tied_end[s]))
+            end = start + update[s] / cluster.speed[device]
+            seconds = max(seconds, end)
+            static = parameters[s] * layout.param_factor
+            peak[device] = static + rep.activations[s]
+            busy[device] = rep.busy[s] + update[s] / cluster.speed[device]
+            if trace:
+                schedule += [(name, device, a, b) for name, rank, a, b in rep.tasks if rank == s]
+                if update[s] > 0:
+                    schedule.append(("update", device, start, end))
+    compute = float(max(rep.last_end.max() for rep in of_replica))
+    return PlanStep(max(seconds, compute), peak, busy, compute, reductions, schedule)
+
+
+def plan_layout(plan: PipelinePlan) -> PlanLayout:
+    """The :class:`PlanLayout` of ``plan``: its devices, step, recomputation, and its tied parameters summed across
+    ranks (a group whose stages all lie on one rank needs no sum)."""
+    ranks = plan.num_stages
+    tied = []
+    for group in plan.tied:
+        on = tuple(sorted({stage % ranks for stage in group.stages}))
+        if len(on) > 1:
+            tied.append((float(group.bytes), on))
+    return PlanLayout(tuple(tuple(row) for row in plan.devices), plan.microbatches, plan.schedule,
+                      plan.virtual_stages, tuple(plan.stages[s].recompute for s in range(ranks)), tuple(tied),
+                      plan.param_factor)
+
+
+def plan_chunks(graph: ComputationGraph, plan: PipelinePlan) -> ChunkCosts:
+    """The costs of ``plan``'s chunks (its stages' layers) of ``graph``; ``ValueError`` when the plan was made
+    for another graph (its digest differs)."""
+    if plan.graph_digest != graph_digest(graph):
+        raise ValueError(f"the plan was made for graph {plan.graph!r} (digest {plan.graph_digest[:12]}), not for "
+                         f"graph {graph.name!r} (digest {graph_digest(graph)[:12]})")
+    return chunk_costs(graph, placement_of_layers(graph, plan.layers, plan.parts))
+
+
+def simulate_plan(graph: ComputationGraph, plan: PipelinePlan, cluster: Cluster, trace: bool = False) -> PlanStep:
+    """The simulated step of ``plan`` of ``graph`` on ``cluster`` (``docs/spec/simulator.md`` section 3b).
+
+    Raises:
+        ValueError: a plan for another graph, or one :func:`simulate_layout` refuses (devices the cluster lacks,
+            a schedule the plan cannot use, a batch that D x m does not divide).
+    """
+    return simulate_layout(plan_chunks(graph, plan), plan_layout(plan), cluster, trace)
+
+
+def check_layout(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster) -> None:
+    """The checks of :func:`simulate_layout` (``ValueError`` naming the item)."""
+    s_, d_, v, m = layout.ranks, layout.replicas, layout.virtual_stages, layout.microbatches
+    if s_ < 1 or d_ < 1 or any(len(row) != d_ for row in layout.devices):
+        raise ValueError(f"a plan's devices are S rows of D replicas each, got rows of "
+                         f"{[len(r) for r in layout.devices]}")
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ValueError(f"microbatches must be an integer >= 1, got {m!r}")
+    flat = [d for row in layout.devices for d in row]
+    bad = [d for d in flat if not (isinstance(d, (int, np.integer)) and 0 <= d < cluster.num_devices)]
+    if bad:
+        raise ValueError(f"the plan names device {bad[0]!r}; cluster {cluster.name!r} has {cluster.num_devices} "
+                         f"devices (0 to {cluster.num_devices - 1})")
+    if len(set(flat)) != len(flat):
+        twice = next(d for d in flat if flat.count(d) > 1)
+        raise ValueError(f"the plan uses device {twice} twice: each device runs one rank of one replica")
+    if costs.num_chunks != s_ * v:
+        raise ValueError(f"the plan has {costs.num_chunks} chunks for {s_} ranks of {v} virtual stages ({s_ * v})")
+    checked_plan_schedule(layout.schedule, s_, v, m)
+    if layout.recompute and len(layout.recompute) != s_:
+        raise ValueError(f"recompute has {len(layout.recompute)} entries for {s_} ranks")
+    if costs.batch is not None and costs.batch % (d_ * m):
+        raise ValueError(f"{d_} replicas x {m} micro-batches = {d_ * m} does not divide the graph's batch of "
+                         f"{costs.batch}: every micro-batch must be the same size")
+
+
+def _replica_key(devices: list[int], chunks: int, cluster: Cluster) -> tuple:
+    """What a replica's compute depends on beyond the chunks: its ranks' speeds and the links between the
+    devices of consecutive chunks."""
+    s_ = len(devices)
+    links = []
+    for c in range(chunks - 1):
+        a, b = devices[c % s_], devices[(c + 1) % s_]
+        links.append((a == b, float(cluster.latency[a, b]), float(cluster.bandwidth[a, b]),
+                      float(cluster.latency[b, a]), float(cluster.bandwidth[b, a])))
+    return tuple(float(cluster.speed[d]) for d in devices), tuple(links)
+
+
+def _simulate_replica(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, devices: list[int],
+                      orders: list[list[Task]], q: float) -> _Replica:
+    """One replica's tasks and transfers, event by event (section 3b's Tasks, Devices and Events)."""
+    s_, k_ = len(devices), costs.num_chunks
+    split = layout.schedule in SPLIT_BACKWARD
+    speed = np.array([cluster.speed[devices[c % s_]] for c in range(k_)])
+
+    def part(total: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+        return fixed + q * (total - fixed)
+
+    f_time = part(costs.forward, costs.forward_fixed) / speed
+    b_time = part(costs.backward_input, costs.backward_input_fixed) / speed
+    w_time = part(costs.backward_weight, costs.backward_weight_fixed) / speed
+    if not split:
+        b_time = b_time + w_time
+    recompute = np.array([layout.recomputes(c % s_) for c in range(k_)])
+    b_time = b_time + np.where(recompute, f_time, 0.0)
+    message = np.ceil(q * costs.boundary_bytes)
+    saved, kept = np.ceil(q * costs.saved_bytes), np.ceil(q * costs.input_bytes)
+
+    f_end: dict[tuple[int, int], float] = {}
+    b_end: dict[tuple[int, int], float] = {}
+    forward_in: dict[tuple[int, int], float] = {}
+    backward_in: dict[tuple[int, int], float] = {}
+    position = [0] * s_  # each rank's next task in its sequence
+    running: list[Task | None] = [None] * s_
+    last_end = np.zeros(s_)
+    busy = np.zeros(s_)
+    chunk_ready = np.zeros(k_)
+    memory: list[list[tuple[float, float]]] = [[] for _ in range(s_)]
+    tasks: list[tuple[str, int, float, float]] = []
+    send_free = np.zeros(s_)
+    recv_free = np.zeros(s_)
+    events: list[tuple[float, int, int, tuple]] = []
+    booked = 0
+    by_device = sorted(range(s_), key=lambda s: devices[s])
+
+    def ready_task(s: int, t: float) -> Task | None:
+        """Rank ``s``'s next task when it is ready at ``t``."""
+        if position[s] == len(orders[s]):
+            return None
+        kind, c, k = task = orders[s][position[s]]
+        if kind == "F":
+            ready = c == 0 or forward_in.get((c, k), math.inf) <= t
+        elif kind == "B":
+            ready = (c, k) in f_end and (c == k_ - 1 or backward_in.get((c, k), math.inf) <= t)
+        else:
+            ready = (c, k) in b_end
+        return task if ready else None
+
+    def send(t: float, c_from: int, c_to: int, k: int, arrivals: dict[tuple[int, int], float], key_chunk: int) -> None:
+        nonlocal booked
+        a, b = c_from % s_, c_to % s_
+        if devices[a] == devices[b]:
+            arrivals[(key_chunk, k)] = t
+            return
+        da, db = devices[a], devices[b]
+        nbytes = message[min(c_from, c_to)]
+        start = max(t, send_free[a], recv_free[b])
+        end = start + float(cluster.latency[da, db]) + nbytes / float(cluster.bandwidth[da, db])
+        send_free[a] = recv_free[b] = end
+        heapq.heappush(events, (end, 1, booked, ("arrive", key_chunk, k, arrivals)))
+        booked += 1
+
+    def finish(t: float, s: int, kind: str, c: int, k: int) -> None:
+        running[s] = None
+        last_end[s] = t
+        if kind == "F":
+            f_end[(c, k)] = t
+            if c < k_ - 1:
+                send(t, c, c + 1, k, forward_in, c + 1)
+        elif kind == "B":
+            b_end[(c, k)] = t
+            if not split:
+                memory[s].append((t, -(saved[c] if not recompute[c] else saved[c] + kept[c])))
+                chunk_ready[c] = max(chunk_ready[c], t)
+            if c > 0:
+                send(t, c, c - 1, k, backward_in, c - 1)
+        else:
+            memory[s].append((t, -(saved[c] if not recompute[c] else saved[c] + kept[c])))
+            chunk_ready[c] = max(chunk_ready[c], t)
+
+    t = 0.0
+    while True:
+        zero = False
+        for s in by_device:
+            if running[s] is not None:
+                continue
+            task = ready_task(s, t)
+            if task is None:
+                continue
+            kind, c, k = task
+            position[s] += 1
+            seconds = float({"F": f_time, "B": b_time, "W": w_time}[kind][c])
+            running[s] = task
+            busy[s] += seconds
+            if kind == "F":
+                memory[s].append((t, kept[c] if recompute[c] else saved[c]))
+            elif kind == "B" and recompute[c]:
+                memory[s].append((t, saved[c]))
+            tasks.append((f"{kind}{c}@{k}", s, t, t + seconds))
+            heapq.heappush(events, (t + seconds, 0, devices[s], ("end", s, kind, c, k)))
+            if seconds == 0:
+                zero = True
+                break
+        if not events:
+            break
+        if not zero:
+            t = events[0][0]
+        while events and events[0][0] <= t:
+            _, _, _, payload = heapq.heappop(events)
+            if payload[0] == "end":
+                finish(t, *payload[1:])
+            else:
+                _, chunk, k, arrivals = payload
+                arrivals[(chunk, k)] = t
+    stuck = [s for s in range(s_) if position[s] < len(orders[s])]
+    if stuck:  # cannot happen for the schedules of section 3b; a guard against a wrong order
+        raise RuntimeError(f"the schedule {layout.schedule} deadlocked on rank {stuck[0]}")
+    activations = np.zeros(s_)
+    for s in range(s_):
+        level = top = 0.0
+        for _, delta in sorted(memory[s], key=lambda e: (e[0], e[1] > 0)):
+            level += delta
+            top = max(top, level)
+        activations[s] = top
+    return _Replica(last_end, chunk_ready, activations, busy, tasks)
+
+
+__all__ = ["PlanLayout", "PlanStep", "check_layout", "plan_chunks", "plan_layout", "ring_seconds", "simulate_layout",
+           "simulate_plan"]

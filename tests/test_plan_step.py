@@ -1,0 +1,206 @@
+"""The step of a plan (docs/spec/simulator.md section 3b): closed forms of every schedule, replicas and their
+all-reduce, recomputation's memory, the task sequences against torch.distributed.pipelining's, chunk costs by
+hand, and bad plans."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from placement_env import Cluster, from_torch, load_graph
+from placement_env.cluster import Device
+from placement_env.plan.layers import ChunkCosts, chunk_costs, placement_of_layers
+from placement_env.plan.pipeline_plan import PipelinePlan, pipeline_plan
+from placement_env.plan.plan_step import PlanLayout, ring_seconds, simulate_layout, simulate_plan
+from placement_env.plan.schedules import rank_sequences
+
+
+def chain(chunks: int, f: float, b: float, w: float = 0.0, *, parameters: float = 0.0, saved: float = 1000.0,
+          inputs: float = 0.0, batch: int | None = None) -> ChunkCosts:
+    """A uniform chain: every chunk ``f`` forward and ``b`` backward seconds for the whole batch (``w`` of ``b``
+    the weights' gradient), no fixed costs, nothing sent."""
+    zero, full = np.zeros(chunks), lambda x: np.full(chunks, float(x))
+    return ChunkCosts(full(f), zero, full(b - w), zero, full(w), zero, zero, full(parameters), full(saved), zero,
+                      full(inputs), batch)
+
+
+def cluster(devices: int, bandwidth: float = 1e30, latency: float = 0.0) -> Cluster:
+    return Cluster([Device(f"d{i}", 1.0, 1e15) for i in range(devices)], np.full((devices, devices), bandwidth),
+                   np.full((devices, devices), latency))
+
+
+def pipeline(ranks: int, microbatches: int, schedule: str = "1f1b", virtual: int = 1, **kwargs) -> PlanLayout:
+    return PlanLayout(tuple((s,) for s in range(ranks)), microbatches, schedule, virtual, **kwargs)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("ranks,m", [(1, 3), (2, 6), (4, 4), (4, 8), (5, 2)])
+def test_gpipe_and_1f1b_end_at_m_plus_s_minus_1_tasks(schedule, ranks, m):
+    # each task of a micro-batch: f = 1, b = 2 (whole batch m and 2m)
+    step = simulate_layout(chain(ranks, m, 2 * m), pipeline(ranks, m, schedule), cluster(ranks))
+    assert step.seconds == pytest.approx((m + ranks - 1) * 3)
+
+
+@pytest.mark.parametrize("ranks,virtual,m", [(4, 2, 8), (4, 2, 4), (2, 3, 4), (4, 4, 8), (3, 2, 6)])
+def test_interleaved_1f1b_shrinks_the_bubble_v_times(ranks, virtual, m):
+    # a rank's f = 1 and b = 2 per micro-batch, over its v chunks
+    step = simulate_layout(chain(ranks * virtual, m / virtual, 2 * m / virtual),
+                           pipeline(ranks, m, "interleaved-1f1b", virtual), cluster(ranks))
+    assert step.seconds == pytest.approx(m * 3 + (ranks - 1) * 3 / virtual)
+
+
+@pytest.mark.parametrize("f,b,w", [(1, 2, 1), (1, 3, 1), (2, 3, 1.5)])
+@pytest.mark.parametrize("ranks,m", [(4, 8), (4, 4), (3, 5), (2, 6)])
+def test_zero_bubble_h1_leaves_s_minus_1_times_f_plus_b_minus_w(f, b, w, ranks, m):
+    step = simulate_layout(chain(ranks, f * m, b * m, w * m), pipeline(ranks, m, "zb-h1"), cluster(ranks))
+    assert step.seconds == pytest.approx(m * (f + b) + (ranks - 1) * (f + (b - w) - w))
+    one_f_one_b = simulate_layout(chain(ranks, f * m, b * m, w * m), pipeline(ranks, m), cluster(ranks))
+    assert one_f_one_b.seconds == pytest.approx((m + ranks - 1) * (f + b))
+
+
+def test_the_sequences_are_torch_pipelining_s():
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble
+    from torch.distributed.pipelining.schedules import _ComputationType as Kind
+
+    def torch_sequences(cls, ranks: int, virtual: int, m: int) -> list[list[tuple[str, int, int]]]:
+        schedule = object.__new__(cls)  # the order alone, without building stages
+        schedule.pp_group_size, schedule.n_local_stages, schedule._n_microbatches = ranks, virtual, m
+        schedule.number_of_rounds = max(1, m // ranks)
+        schedule.microbatches_per_round = m // schedule.number_of_rounds
+        kinds = {Kind.FORWARD: "F", Kind.FULL_BACKWARD: "B", Kind.BACKWARD_INPUT: "B", Kind.BACKWARD_WEIGHT: "W"}
+        return [[(kinds[a.computation_type], a.stage_index, a.microbatch_index)
+                 for a in schedule._calculate_single_rank_operations(rank) if a is not None]
+                for rank in range(ranks)]
+
+    for ranks, virtual, m in [(4, 2, 8), (2, 2, 4), (4, 3, 8), (3, 2, 6)]:
+        assert rank_sequences("interleaved-1f1b", ranks, virtual, m) == torch_sequences(
+            ScheduleInterleaved1F1B, ranks, virtual, m)
+    for ranks, m in [(4, 8), (2, 4), (4, 4), (3, 7)]:
+        assert rank_sequences("zb-h1", ranks, 1, m) == torch_sequences(ScheduleInterleavedZeroBubble, ranks, 1, m)
+
+
+def test_the_ring_all_reduce_is_2_d_minus_1_steps_of_the_slowest_hop():
+    c = cluster(4, bandwidth=1e9, latency=1e-5)
+    assert ring_seconds(4e9, [0, 1, 2, 3], c) == pytest.approx(2 * 3 * (1e-5 + 4e9 / 4 / 1e9))
+    assert ring_seconds(4e9, [2], c) == 0.0
+    bandwidth = np.full((4, 4), 1e9)
+    bandwidth[3, 0] = 2.5e8  # one slow hop, the ring's last
+    slow = Cluster(c.devices, bandwidth, np.full((4, 4), 1e-5))
+    assert ring_seconds(4e9, [0, 1, 2, 3], slow) == pytest.approx(6 * (1e-5 + 1e9 / 2.5e8))
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_replicas_take_the_step_of_a_part_of_the_batch_then_the_last_rank_s_all_reduce(replicas):
+    ranks, m, f, b, parameters = 3, 6, 6.0, 12.0, 2e9
+    c = cluster(ranks * replicas, bandwidth=1e10)  # no latency: the pipeline's empty messages take no time
+    layout = PlanLayout(tuple(tuple(s + ranks * r for r in range(replicas)) for s in range(ranks)), m)
+    step = simulate_layout(chain(ranks, f, b, parameters=parameters), layout, c)
+    per_task = (f + b) / (replicas * m)
+    compute = (m + ranks - 1) * per_task
+    ring = 2 * (replicas - 1) * parameters / replicas / 1e10
+    assert step.compute_seconds == pytest.approx(compute)
+    assert step.seconds == pytest.approx(compute + ring)  # rank 0 ends its backward last
+    assert len(step.reductions) == ranks
+    rank0 = next(r for r in step.reductions if r[0] == 0)
+    assert rank0[2] == pytest.approx(compute) and rank0[3] - rank0[2] == pytest.approx(ring)
+
+
+def test_a_batch_d_times_m_does_not_divide_is_refused():
+    c = cluster(4)
+    layout = PlanLayout(((0, 1), (2, 3)), 3)
+    with pytest.raises(ValueError, match=r"2 replicas x 3 micro-batches = 6 does not divide the graph's batch of 8"):
+        simulate_layout(chain(2, 1, 2, batch=8), layout, c)
+
+
+@pytest.mark.parametrize("ranks,m", [(4, 8), (3, 2)])
+def test_activations_in_flight_and_recomputation_memory(ranks, m):
+    saved, inputs, parameters = 8e6, 1e6, 1e6
+    costs = chain(ranks, m, 2 * m, parameters=parameters, saved=saved * m, inputs=inputs * m)
+    c = cluster(ranks)
+    for schedule, in_flight in (("1f1b", [min(ranks - s, m) for s in range(ranks)]), ("gpipe", [m] * ranks)):
+        step = simulate_layout(costs, pipeline(ranks, m, schedule, param_factor=4.0), c)
+        assert step.peak_memory[:ranks] == pytest.approx([4 * parameters + k * saved for k in in_flight])
+    recomputing = simulate_layout(costs, pipeline(ranks, m, recompute=(True,) * ranks), c)
+    assert recomputing.peak_memory[:ranks] == pytest.approx(
+        [4 * parameters + min(ranks - s, m) * inputs + saved for s in range(ranks)])
+    plain = simulate_layout(costs, pipeline(ranks, m), c)
+    assert recomputing.seconds > plain.seconds  # the forward runs again in each backward
+
+
+def test_links_and_message_sizes_delay_the_pipeline():
+    costs = chain(2, 2.0, 4.0)
+    costs = ChunkCosts(**{**costs.__dict__, "boundary_bytes": np.array([8e6, 0.0])})
+    free = simulate_layout(costs, pipeline(2, 2), cluster(2)).seconds
+    slow = simulate_layout(costs, pipeline(2, 2), cluster(2, bandwidth=1e9, latency=1e-3)).seconds
+    # the forward of micro-batch 0 and the last backward's gradient each cross once on the critical path
+    assert slow > free
+    assert slow - free == pytest.approx(2 * (1e-3 + 4e6 / 1e9), rel=1e-6)
+
+
+def test_bad_layouts_are_one_error_naming_the_item():
+    c = cluster(4)
+    with pytest.raises(ValueError, match="uses device 1 twice"):
+        simulate_layout(chain(2, 1, 2), PlanLayout(((0, 1), (1, 2)), 2), c)
+    with pytest.raises(ValueError, match="names device 9"):
+        simulate_layout(chain(2, 1, 2), PlanLayout(((0,), (9,)), 2), c)
+    with pytest.raises(ValueError, match="needs 2 or more virtual stages"):
+        simulate_layout(chain(2, 1, 2), pipeline(2, 2, "interleaved-1f1b"), c)
+    with pytest.raises(ValueError, match=r"micro-batches \(3\) to be a multiple of the pipeline's ranks \(2\)"):
+        simulate_layout(chain(4, 1, 2), pipeline(2, 3, "interleaved-1f1b", 2), c)
+    with pytest.raises(ValueError, match="schedule gpipe runs one chunk a rank"):
+        simulate_layout(chain(4, 1, 2), pipeline(2, 2, "gpipe", 2), c)
+    with pytest.raises(ValueError, match="unknown schedule 'pipedream'"):
+        simulate_layout(chain(2, 1, 2), pipeline(2, 2, "pipedream"), c)
+    with pytest.raises(ValueError, match="3 chunks for 2 ranks of 1 virtual stages"):
+        simulate_layout(chain(3, 1, 2), pipeline(2, 2), c)
+
+
+class Tied(nn.Module):
+    """An embedding, a block, and a head sharing the embedding's weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.block = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x):
+        return self.head(torch.relu(self.block(self.emb(x))))
+
+
+def test_chunk_costs_by_hand():
+    torch.manual_seed(0)
+    g = from_torch(Tied(), (torch.randint(0, 10, (2, 3)),), profile=False)
+    chunk_of = placement_of_layers(g, ["emb", "block", "head"], [0, 1, 2, 3])
+    costs = chunk_costs(g, chunk_of)
+    f32 = 4
+    emb, block = 10 * 4 * f32, (4 * 4 + 4) * f32
+    # the tied weight counts in the embedding's chunk and in the head's
+    assert costs.parameter_bytes.tolist() == [emb, block, emb]
+    def total(phase: str) -> list[float]:
+        return [sum(n.cost for n, k in zip(g.nodes, chunk_of) if n.phase == phase and k == c) for c in range(3)]
+
+    assert costs.forward == pytest.approx(total("forward")) and (costs.forward > 0).all()
+    assert (costs.backward_input + costs.backward_weight) == pytest.approx(total("backward"))
+    assert (costs.backward_weight > 0).all()  # each chunk reads a weight
+    # what crosses: (2, 3, 4) float activations after the embedding and after the block; the first chunk keeps
+    # the (2, 3) int64 ids when it recomputes
+    assert costs.boundary_bytes.tolist() == [2 * 3 * 4 * f32, 2 * 3 * 4 * f32, 0]
+    ids = next(n for n in g.nodes if n.op == "input").output_bytes
+    assert costs.input_bytes.tolist() == [ids, 2 * 3 * 4 * f32, 2 * 3 * 4 * f32]
+
+
+def test_a_plan_simulates_close_to_the_op_level_pipelined_step_and_round_trips(tmp_path):
+    from baselines.runtime_defaults import deepspeed_uniform
+
+    g, c = load_graph("gpt2"), Cluster.preset("a100-nvlink", 4)
+    plan = pipeline_plan(g, deepspeed_uniform(g, c), c, microbatches=8, schedule="gpipe")
+    step = simulate_plan(g, plan, c)
+    # two models of one step (ops against whole chunks): within 10% on GPT-2 (5.1% measured)
+    assert step.seconds == pytest.approx(plan.simulated_step_seconds, rel=0.1)
+    plan.to_json(tmp_path / "plan.json")
+    again = PipelinePlan.from_json(tmp_path / "plan.json")
+    assert again == plan and simulate_plan(g, again, c).seconds == step.seconds
+    with pytest.raises(ValueError, match="the plan was made for graph 'gpt2'"):
+        simulate_plan(load_graph("bert-base"), plan, c)
