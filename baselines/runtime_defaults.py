@@ -27,6 +27,7 @@ import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
+from placement_env.plan.layers import placement_of_layers, placement_of_modules
 from placement_env.plan.module_tree import layer_sequence
 
 from .memory import PlacementInfeasibleError
@@ -63,32 +64,6 @@ def partition_balanced(weights: list[float], num_parts: int) -> list[int]:
     return parts[::-1]
 
 
-def _placement_of_modules(graph: ComputationGraph, device_of: dict[str, int]) -> np.ndarray:
-    """Each unit on the device of the module (or its nearest listed ancestor) of its first op in program order;
-    an op under no listed module (an input, the model's glue) goes with the op before it, first of all to 0."""
-    units = np.zeros(graph.num_units, dtype=np.int64)
-    decided = np.zeros(graph.num_units, dtype=bool)
-    current = 0
-    for i, node in enumerate(graph.nodes):  # program order
-        unit = int(graph.unit_of[i])
-        if node.module and node.phase != "backward":
-            parts = node.module.split(".")
-            listed = next((".".join(parts[:k]) for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in device_of),
-                          None)
-            if listed is not None:
-                current = device_of[listed]
-            elif "" in device_of:
-                current = device_of[""]
-        if not decided[unit]:
-            units[unit], decided[unit] = current, True
-    return graph.expand_unit_placement(units)
-
-
-def _placement_of_layers(graph: ComputationGraph, layers: list[str], parts: list[int]) -> np.ndarray:
-    return _placement_of_modules(graph, {layer: s for s in range(len(parts) - 1)
-                                         for layer in layers[parts[s]:parts[s + 1]]})
-
-
 def _layers(graph: ComputationGraph, cluster: Cluster) -> list[str]:
     try:
         return layer_sequence(graph)
@@ -99,7 +74,7 @@ def _layers(graph: ComputationGraph, cluster: Cluster) -> list[str]:
 def deepspeed_uniform(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
     """DeepSpeed's ``partition_method="uniform"``: the same number of layers per device."""
     layers = _layers(graph, cluster)
-    return _placement_of_layers(graph, layers, partition_uniform(len(layers), cluster.num_devices))
+    return placement_of_layers(graph, layers, partition_uniform(len(layers), cluster.num_devices))
 
 
 def deepspeed_parameters(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
@@ -111,7 +86,7 @@ def deepspeed_parameters(graph: ComputationGraph, cluster: Cluster, seed: int = 
             layer = next((x for x in layers if node.module == x or node.module.startswith(f"{x}.")), None)
             if layer is not None:
                 weight[layer] += node.param_bytes
-    return _placement_of_layers(graph, layers, partition_balanced([weight[x] for x in layers], cluster.num_devices))
+    return placement_of_layers(graph, layers, partition_balanced([weight[x] for x in layers], cluster.num_devices))
 
 
 def accelerate_balanced(graph: ComputationGraph, cluster: Cluster, seed: int = 0) -> np.ndarray:
@@ -152,4 +127,4 @@ def accelerate_balanced(graph: ComputationGraph, cluster: Cluster, seed: int = 0
     if offloaded:
         raise PlacementInfeasibleError(f"accelerate's balanced map puts module {offloaded[0]!r} on "
                                        f"{device_map[offloaded[0]]!r}: the parameters do not fit the devices")
-    return _placement_of_modules(graph, {name: int(device) for name, device in device_map.items()})
+    return placement_of_modules(graph, {name: int(device) for name, device in device_map.items()})
