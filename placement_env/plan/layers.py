@@ -89,6 +89,26 @@ class ChunkCosts:
     def num_chunks(self) -> int:
         return int(self.forward.shape[0])
 
+    def with_batch(self, batch: int) -> ChunkCosts:
+        """These costs for a step of ``batch`` samples instead of the graph's: the parts that grow with the batch
+        (compute beyond the fixed parts, activations, messages) scaled by ``batch / self.batch``; parameters,
+        updates and fixed parts as they are. ``ValueError`` when the graph records no batch."""
+        if self.batch is None:
+            raise ValueError("the graph records no batch (import it with from_torch or from_huggingface): its costs "
+                             "cannot be scaled to another batch")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+        k = batch / self.batch
+
+        def grown(total: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+            return fixed + k * (total - fixed)
+
+        return ChunkCosts(grown(self.forward, self.forward_fixed), self.forward_fixed,
+                          grown(self.backward_input, self.backward_input_fixed), self.backward_input_fixed,
+                          grown(self.backward_weight, self.backward_weight_fixed), self.backward_weight_fixed,
+                          self.update, self.parameter_bytes, k * self.saved_bytes, k * self.boundary_bytes,
+                          k * self.input_bytes, batch)
+
 
 def chunk_costs(graph: ComputationGraph, chunk_of: np.ndarray) -> ChunkCosts:
     """The :class:`ChunkCosts` of ``graph`` with op ``i`` in chunk ``chunk_of[i]`` (0..K-1, chunks in program

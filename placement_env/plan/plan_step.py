@@ -185,12 +185,13 @@ def plan_layout(plan: PipelinePlan) -> PlanLayout:
 
 
 def plan_chunks(graph: ComputationGraph, plan: PipelinePlan) -> ChunkCosts:
-    """The costs of ``plan``'s chunks (its stages' layers) of ``graph``; ``ValueError`` when the plan was made
-    for another graph (its digest differs)."""
+    """The costs of ``plan``'s chunks (its stages' layers) of ``graph``, for the plan's batch (scaled when it is
+    not the graph's); ``ValueError`` when the plan was made for another graph (its digest differs)."""
     if plan.graph_digest != graph_digest(graph):
         raise ValueError(f"the plan was made for graph {plan.graph!r} (digest {plan.graph_digest[:12]}), not for "
                          f"graph {graph.name!r} (digest {graph_digest(graph)[:12]})")
-    return chunk_costs(graph, placement_of_layers(graph, plan.layers, plan.parts))
+    costs = chunk_costs(graph, placement_of_layers(graph, plan.layers, plan.parts))
+    return costs if plan.batch is None or plan.batch == costs.batch else costs.with_batch(plan.batch)
 
 
 def simulate_plan(graph: ComputationGraph, plan: PipelinePlan, cluster: Cluster, trace: bool = False) -> PlanStep:
