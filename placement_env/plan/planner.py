@@ -1,0 +1,602 @@
+"""A planner of hybrid pipelines: :func:`plan_pipeline` chooses stages, replicas, micro-batches, schedule,
+recomputation, the layer split and the devices of each stage and replica, together, within memory.
+
+How it decides (``docs/planner.md`` has the measurements):
+
+1. The graph's layers (:func:`~placement_env.plan.module_tree.layer_sequence`) are costed once
+   (:func:`~placement_env.plan.layers.chunk_costs`, one chunk a layer); a run of layers costs the sums of its
+   layers (a parameter read by several of them counted once).
+2. For every configuration the caller left open (S x D devices, S x D the cluster's size or, for S, any count
+   up to it; m from the multiples a practitioner tries and the powers of two, D x m dividing the batch; the
+   schedules; v in {2, 4} for the interleaved one; the devices of a replica within a node or across nodes),
+   the layers are cut into S x v chunks whose slowest (compute and its sends) is fastest within each rank's
+   memory: a binary search over that time, each probe a greedy cut (the longest chunk that fits, in order),
+   which is optimal for a bottleneck of contiguous runs. Uniform and parameter-balanced cuts are kept beside it.
+   A rank whose activations do not fit recomputes, when that fits.
+3. An estimate of the step (``(m - 1)`` slowest chunks plus the pipeline's fill, the last reduction after)
+   ranks the configurations; the best :data:`SIMULATED`, the best of each (S, D, schedule) and every
+   configuration of the hand grid (uniform split, 1F1B, m in S x {1, 2, 4, 8}) are simulated exactly
+   (``docs/spec/simulator.md`` section 3b), and the fastest that fits is the plan: never behind the grid.
+
+It reports the lower bound ``work / total speed`` (every op of the step at full speed on every device, no
+bubble, no message, no reduction) and the plan's gap to it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from placement_env.cluster import Cluster
+from placement_env.graph.io import graph_digest
+from placement_env.graph.model import ComputationGraph
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
+
+from .layers import ChunkCosts, chunk_costs, placement_of_layers
+from .module_tree import layer_sequence
+from .pipeline_plan import PipelinePlan, PlanStage, TiedGroup
+from .plan_step import PlanLayout, PlanStep, simulate_layout
+from .schedules import PLAN_SCHEDULES, SPLIT_BACKWARD, checked_plan_schedule
+
+SIMULATED = 24
+"""Configurations simulated exactly, the best by the estimate."""
+SPLITS = ("time", "uniform", "parameters")
+LAYOUTS = ("replicas-across-nodes", "stages-across-nodes")
+"""How a plan's devices form stages and replicas: ``replicas-across-nodes`` gives replica r's stage s device
+``r S + s`` (a replica's stages on neighbouring devices, within a node when S fits one);
+``stages-across-nodes`` gives it device ``s D + r`` (a stage's replicas neighbours)."""
+MICROBATCH_FACTORS = (1, 2, 4, 8)  # m from S x these, as a practitioner tries
+MAX_MICROBATCHES = 512
+VIRTUAL_STAGES = (2, 4)
+
+
+@dataclass(frozen=True)
+class PlannedPipeline:
+    """A plan and how it was found.
+
+    Attributes:
+        plan: the plan (:class:`~placement_env.plan.pipeline_plan.PipelinePlan`).
+        step: its simulated step (section 3b).
+        lower_bound: seconds no plan can beat (module docstring).
+        configurations: the configurations estimated; ``simulated``: those simulated exactly.
+        seconds: the planner's own time.
+        split: how its layers were cut (``time``, ``uniform``, ``parameters`` or ``given``); ``layout``: its
+            devices (:data:`LAYOUTS`).
+    """
+
+    plan: PipelinePlan
+    step: PlanStep
+    lower_bound: float
+    configurations: int
+    simulated: int
+    seconds: float
+    split: str
+    layout: str
+
+    @property
+    def gap(self) -> float:
+        """The plan's step over the lower bound."""
+        return self.step.seconds / self.lower_bound if self.lower_bound > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class _Config:
+    ranks: int
+    replicas: int
+    microbatches: int
+    schedule: str
+    virtual: int
+    layout: str
+    split: str
+    parts: tuple[int, ...]
+    recompute: tuple[bool, ...]
+    estimate: float
+
+
+class LayerTable:
+    """The graph's layers and what any run of them costs (module docstring, step 1)."""
+
+    def __init__(self, graph: ComputationGraph, layers: Sequence[str], batch: int | None = None) -> None:
+        self.graph, self.layers, self.batch = graph, list(layers), batch
+        self.chunk_of = placement_of_layers(graph, self.layers, list(range(len(self.layers) + 1)))
+        self.costs = self.exact(self.chunk_of)
+        c = self.costs
+        self.prefix = {name: np.concatenate([[0.0], np.cumsum(getattr(c, name))]) for name in
+                       ("forward", "forward_fixed", "backward_input", "backward_input_fixed", "backward_weight",
+                        "backward_weight_fixed", "update", "parameter_bytes", "saved_bytes")}
+        # parameters read by several layers: counted once in a run holding several of their readers
+        self.cuts: dict[tuple, tuple[int, ...] | None] = {}  # the cuts found, by what they depend on
+        self.shared: list[tuple[float, np.ndarray]] = []
+        readers: dict[int, set[int]] = {}
+        forward = np.array([node.phase in (None, "forward") for node in graph.nodes])
+        for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
+            if graph.nodes[s].op == "parameter" and forward[d]:
+                readers.setdefault(s, set()).add(int(self.chunk_of[d]))
+        for s, chunks in readers.items():
+            if len(chunks) > 1:
+                self.shared.append((float(graph.param_bytes[s]), np.array(sorted(chunks))))
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def exact(self, chunk_of: np.ndarray) -> ChunkCosts:
+        """:func:`chunk_costs` of the graph cut so, for the table's batch."""
+        costs = chunk_costs(self.graph, chunk_of)
+        return costs if self.batch is None or self.batch == costs.batch else costs.with_batch(self.batch)
+
+    def run(self, name: str, a: int, b: int) -> float:
+        """The sum of ``name`` over layers ``a .. b-1``."""
+        return float(self.prefix[name][b] - self.prefix[name][a])
+
+    def parameters(self, a: int, b: int) -> float:
+        total = self.run("parameter_bytes", a, b)
+        for nbytes, chunks in self.shared:
+            inside = int(((chunks >= a) & (chunks < b)).sum())
+            if inside > 1:
+                total -= nbytes * (inside - 1)
+        return total
+
+    def chunks(self, parts: Sequence[int]) -> ChunkCosts:
+        """The :class:`ChunkCosts` of the chunks ``layers[parts[c]:parts[c + 1]]``."""
+        runs = list(zip(parts[:-1], parts[1:]))
+        column = {name: np.array([self.run(name, a, b) for a, b in runs]) for name in self.prefix}
+        column["parameter_bytes"] = np.array([self.parameters(a, b) for a, b in runs])
+        boundary = self.costs.boundary_bytes
+        ends = np.array([b for _, b in runs])
+        crossing = np.where(ends < len(self), boundary[np.minimum(ends, len(self)) - 1], 0.0)
+        inputs = np.array([self.costs.input_bytes[0] if a == 0 else boundary[a - 1] for a, _ in runs])
+        return ChunkCosts(column["forward"], column["forward_fixed"], column["backward_input"],
+                          column["backward_input_fixed"], column["backward_weight"], column["backward_weight_fixed"],
+                          column["update"], column["parameter_bytes"], column["saved_bytes"], crossing, inputs,
+                          self.costs.batch)
+
+
+def plan_pipeline(graph: ComputationGraph, cluster: Cluster, *, stages: int | None = None,
+                  replicas: int | None = None, microbatches: int | None = None, schedule: str | None = None,
+                  virtual_stages: int | None = None, recompute: bool | None = None,
+                  split: str | Sequence[int] | None = None, layout: str | None = None, batch: int | None = None,
+                  param_factor: float = DEFAULT_PARAM_FACTOR, simulated: int = SIMULATED) -> PlannedPipeline:
+    """Plan ``graph`` on ``cluster`` (module docstring); every argument given fixes that decision.
+
+    Args:
+        graph: a training graph with module names (``from_torch``, ``from_huggingface``, the zoo's transformers).
+        cluster: the devices.
+        stages: S, pipeline ranks. ``replicas``: D, data-parallel replicas (S x D at most the cluster's devices).
+        microbatches: m per replica and step. ``schedule``: one of
+            :data:`~placement_env.plan.schedules.PLAN_SCHEDULES`; ``virtual_stages``: v (interleaved only).
+        recompute: True on every rank, False on none; None where memory needs it.
+        split: ``"time"`` (balanced by the chunks' time), ``"uniform"`` (layers per chunk as even as can be,
+            DeepSpeed's and Megatron's default), ``"parameters"`` (balanced parameters, DeepSpeed's), or the
+            number of layers of each chunk (a custom partition, Megatron's uneven layout).
+        layout: one of :data:`LAYOUTS`.
+        batch: the step's batch, when it is not the one the graph was traced with (the costs that grow with the
+            batch are scaled: :meth:`~placement_env.plan.layers.ChunkCosts.with_batch`); a cluster's step is
+            usually far larger than a trace's.
+        param_factor: static bytes per parameter byte.
+        simulated: how many of the best estimated configurations are simulated exactly.
+
+    Returns:
+        A :class:`PlannedPipeline`.
+
+    Raises:
+        ValueError: a graph without layers, a fixed decision that is out of range (S x D above the cluster's
+            devices, a schedule the plan cannot use, D x m not dividing the batch, a split of the wrong
+            length), or no configuration that fits in memory (the closest is named).
+    """
+    began = time.perf_counter()
+    table = LayerTable(graph, layer_sequence(graph), batch)
+    n, layers = cluster.num_devices, len(table)
+    configs = _configurations(table, cluster, stages, replicas, microbatches, schedule, virtual_stages, recompute,
+                              split, layout, param_factor)
+    if not configs:
+        spread = float(table.costs.parameter_bytes.sum()) * param_factor / n
+        raise ValueError(f"no plan of graph {graph.name!r} ({layers} layers) fits the memory of {n} devices "
+                         f"({float(cluster.memory.min()) / 2**30:.2f} GiB the smallest) with the choices given: its "
+                         f"parameters and optimizer state alone, spread over every device, take "
+                         f"{spread / 2**30:.2f} GiB a device, and each stage holds activations besides")
+    configs.sort(key=lambda c: c.estimate)
+    best: tuple[float, _Config, PlanStep] | None = None
+    closest: tuple[float, _Config] | None = None
+    tried = 0
+    for config in _to_simulate(configs, simulated):
+        tried += 1
+        step = simulate_layout(table.chunks(config.parts), _layout(config, table, param_factor), cluster)
+        over = float(np.max(step.peak_memory - cluster.memory))
+        if over > 0:
+            if closest is None or over < closest[0]:
+                closest = (over, config)
+            continue
+        if best is None or step.seconds < best[0]:
+            best = (step.seconds, config, step)
+    if best is None:
+        assert closest is not None
+        over, config = closest
+        raise ValueError(f"no plan of graph {graph.name!r} fits the memory of {n} devices: the closest "
+                         f"({config.ranks} stages x {config.replicas} replicas, {config.microbatches} micro-batches, "
+                         f"{config.schedule}) needs {over / 2**30:.2f} GiB more on a device")
+    _, config, _ = best
+    exact = table.exact(placement_of_layers(graph, table.layers, list(config.parts)))
+    step = simulate_layout(exact, _layout(config, table, param_factor), cluster)
+    work = float(np.sum(table.costs.forward + table.costs.backward_input + table.costs.backward_weight))
+    plan = _plan(graph, cluster, table, config, exact, step, param_factor)
+    return PlannedPipeline(plan, step, work / float(np.sum(cluster.speed)), len(configs), tried,
+                           time.perf_counter() - began, config.split, config.layout)
+
+
+def _to_simulate(configs: list[_Config], simulated: int) -> list[_Config]:
+    """Of ``configs`` (best estimate first), those simulated exactly: the ``simulated`` best, the best of each
+    (S, D, schedule), and every one of the hand grid (a uniform split, 1F1B, m in S x {1, 2, 4, 8}), so that the
+    plan is never behind a plan a practitioner would try."""
+    chosen: dict[int, _Config] = {}
+    seen: set[tuple[int, int, str]] = set()
+    for i, config in enumerate(configs):
+        group = (config.ranks, config.replicas, config.schedule)
+        hand = (config.split == "uniform" and config.schedule == "1f1b"
+                and config.microbatches in {config.ranks * f for f in MICROBATCH_FACTORS})
+        if i < simulated or group not in seen or hand:
+            chosen[i] = config
+        seen.add(group)
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def _layout(config: _Config, table: LayerTable, param_factor: float) -> PlanLayout:
+    """The layout of ``config``, with the parameters its ranks share summed across them (as :func:`plan_layout`
+    of its plan gives)."""
+    tied = []
+    for nbytes, readers in table.shared:
+        ranks = tuple(sorted({(int(np.searchsorted(config.parts, layer, side="right")) - 1) % config.ranks
+                              for layer in readers}))
+        if len(ranks) > 1:
+            tied.append((nbytes, ranks))
+    return PlanLayout(_devices(config.ranks, config.replicas, config.layout), config.microbatches, config.schedule,
+                      config.virtual, config.recompute, tuple(tied), param_factor)
+
+
+def _devices(ranks: int, replicas: int, layout: str) -> tuple[tuple[int, ...], ...]:
+    if layout == "replicas-across-nodes":
+        return tuple(tuple(r * ranks + s for r in range(replicas)) for s in range(ranks))
+    return tuple(tuple(s * replicas + r for r in range(replicas)) for s in range(ranks))
+
+
+def _configurations(table: LayerTable, cluster: Cluster, stages: int | None, replicas: int | None,
+                    microbatches: int | None, schedule: str | None, virtual_stages: int | None,
+                    recompute: bool | None, split: str | Sequence[int] | None, layout: str | None,
+                    param_factor: float) -> list[_Config]:
+    """Every configuration left open, estimated (module docstring, steps 2 and 3)."""
+    n, layers, batch = cluster.num_devices, len(table), table.costs.batch
+    _check_fixed(n, layers, batch, stages, replicas, microbatches, schedule, virtual_stages, split, layout)
+    pairs = []
+    for s in range(1, min(n, layers) + 1):
+        if stages is not None and s != stages:
+            continue
+        for d in ([replicas] if replicas is not None else sorted({n // s, *([1] if stages is not None else [])})):
+            if d >= 1 and s * d <= n:
+                pairs.append((s, d))
+    found = []
+    for s, d in pairs:
+        if microbatches is not None:
+            ms = [microbatches]
+        else:
+            ms = sorted({s * f for f in MICROBATCH_FACTORS} | {2 ** j for j in range(10)})
+            ms = [m for m in ms if m <= MAX_MICROBATCHES and (batch is None or batch % (d * m) == 0)]
+        schedules = [schedule] if schedule is not None else list(PLAN_SCHEDULES)
+        for m, name in itertools.product(ms, schedules):
+            vs = ([virtual_stages] if virtual_stages is not None else
+                  (list(VIRTUAL_STAGES) if name == "interleaved-1f1b" else [1]))
+            for v in vs:
+                try:
+                    checked_plan_schedule(name, s, v, m)
+                except ValueError:
+                    if schedule is not None and stages is not None and microbatches is not None:
+                        raise
+                    continue
+                if s * v > layers or (name == "interleaved-1f1b" and s < 2):
+                    continue
+                for place in ([layout] if layout is not None else list(LAYOUTS) if d > 1 and s > 1
+                              else [LAYOUTS[0]]):
+                    devices = _devices(s, d, place)
+                    for config in _splits(table, cluster, s, d, m, name, v, place, devices, split, recompute,
+                                          param_factor):
+                        found.append(config)
+    return found
+
+
+def _check_fixed(n: int, layers: int, batch: int | None, stages: int | None, replicas: int | None,
+                 microbatches: int | None, schedule: str | None, virtual_stages: int | None,
+                 split: str | Sequence[int] | None, layout: str | None) -> None:
+    """``ValueError`` naming a fixed decision out of range."""
+    for name, value in (("stages", stages), ("replicas", replicas), ("microbatches", microbatches),
+                        ("virtual_stages", virtual_stages)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if (stages or 1) * (replicas or 1) > n:
+        raise ValueError(f"{stages or 1} stages x {replicas or 1} replicas = {(stages or 1) * (replicas or 1)} "
+                         f"devices; the cluster has {n}")
+    if stages is not None and stages * (virtual_stages or 1) > layers:
+        raise ValueError(f"{stages} stages x {virtual_stages or 1} virtual stages need as many layers; the graph "
+                         f"has {layers}")
+    if schedule is not None and schedule not in PLAN_SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(PLAN_SCHEDULES)}")
+    if microbatches is not None and batch is not None and batch % ((replicas or 1) * microbatches):
+        raise ValueError(f"{replicas or 1} replicas x {microbatches} micro-batches do not divide the graph's batch "
+                         f"of {batch}")
+    if layout is not None and layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    if isinstance(split, str) and split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}, or layers per chunk")
+    if split is not None and not isinstance(split, str):
+        counts = list(split)
+        if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts) or sum(counts) != layers:
+            raise ValueError(f"a split gives each chunk 1 or more layers, {layers} in all; got {counts}")
+        if stages is not None and len(counts) != stages * (virtual_stages or 1):
+            raise ValueError(f"a split of {len(counts)} chunks for {stages} stages x {virtual_stages or 1} virtual "
+                             "stages")
+
+
+def _splits(table: LayerTable, cluster: Cluster, s: int, d: int, m: int, schedule: str, v: int, place: str,
+            devices: tuple[tuple[int, ...], ...], split: str | Sequence[int] | None, recompute: bool | None,
+            param_factor: float) -> list[_Config]:
+    """The configurations of one (S, D, m, schedule, v, layout): each split asked for, estimated."""
+    k = s * v
+    if split is not None and not isinstance(split, str):
+        if len(split) != k:
+            return []
+        candidates = {"given": tuple(np.concatenate([[0], np.cumsum(list(split))]).astype(int).tolist())}
+    else:
+        names = [split] if isinstance(split, str) else list(SPLITS)
+        candidates = {}
+        for name in names:
+            # a cut depends on the chunks, their micro-batch's size, the memory held and the devices' links alone
+            key = (name, k) if name == "parameters" else (
+                name, k, s, d * m, tuple(_in_flight(schedule, s, r, m, v) for r in range(s)), devices, recompute)
+            if key not in table.cuts:
+                table.cuts[key] = _cut(table, cluster, name, k, s, d, m, schedule, v, devices, recompute,
+                                       param_factor)
+            parts = table.cuts[key]
+            if parts is not None:
+                candidates[name] = parts
+    found = []
+    for name, parts in candidates.items():
+        costs = table.chunks(parts)
+        recomputing = _recompute_choice(costs, cluster, s, d, m, schedule, devices, recompute, param_factor)
+        if recomputing is None:
+            continue
+        found.append(_Config(s, d, m, schedule, v, place, name, parts, recomputing,
+                             _estimate(costs, cluster, s, d, m, schedule, v, devices, recomputing)))
+    return found
+
+
+def _in_flight(schedule: str, s: int, rank: int, m: int, v: int) -> float:
+    """Micro-batches whose activations a rank holds at most (per chunk, for the interleaved schedule)."""
+    if schedule == "gpipe":
+        return m
+    if schedule == "interleaved-1f1b":
+        return min(2 * (s - rank - 1) + (v - 1) * s + 1, m * v) / v
+    if schedule in SPLIT_BACKWARD:
+        return min(s, m)
+    return min(s - rank, m)
+
+
+def _chunk_memory(costs: ChunkCosts, c: int, s: int, d: int, m: int, schedule: str, v: int, recompute: bool,
+                  param_factor: float) -> float:
+    q = 1.0 / (d * m)
+    held = _in_flight(schedule, s, c % s, m, v)
+    if recompute:
+        active = held * math.ceil(q * costs.input_bytes[c]) + math.ceil(q * costs.saved_bytes[c])
+    else:
+        active = held * math.ceil(q * costs.saved_bytes[c])
+    return costs.parameter_bytes[c] * param_factor + active
+
+
+def _recompute_choice(costs: ChunkCosts, cluster: Cluster, s: int, d: int, m: int, schedule: str,
+                      devices: tuple[tuple[int, ...], ...], recompute: bool | None,
+                      param_factor: float) -> tuple[bool, ...] | None:
+    """Per rank: recompute as asked, or (None) only where the estimated memory needs it; None when a rank does
+    not fit even so."""
+    v = costs.num_chunks // s
+    choice = []
+    for rank in range(s):
+        memory = min(float(cluster.memory[dev]) for dev in devices[rank])
+        chunks = range(rank, costs.num_chunks, s)
+
+        def need(on: bool, chunks: range = chunks) -> float:
+            return sum(_chunk_memory(costs, c, s, d, m, schedule, v, on, param_factor) for c in chunks)
+
+        on = bool(recompute) if recompute is not None else bool(need(False) > memory)
+        if need(on) > memory:
+            return None
+        choice.append(on)
+    return tuple(choice)
+
+
+def _task_seconds(costs: ChunkCosts, c: int, q: float, speed: float, recompute: bool) -> float:
+    f = costs.forward_fixed[c] + q * (costs.forward[c] - costs.forward_fixed[c])
+    b = costs.backward_input_fixed[c] + q * (costs.backward_input[c] - costs.backward_input_fixed[c])
+    w = costs.backward_weight_fixed[c] + q * (costs.backward_weight[c] - costs.backward_weight_fixed[c])
+    return (f + b + w + (f if recompute else 0.0)) / speed
+
+
+def _estimate(costs: ChunkCosts, cluster: Cluster, s: int, d: int, m: int, schedule: str, v: int,
+              devices: tuple[tuple[int, ...], ...], recompute: tuple[bool, ...]) -> float:
+    """The step, roughly: each rank's busy time per micro-batch, the slowest ``m - 1`` times plus one pass of
+    the pipeline (a 1/v of it interleaved, less the weights' share under zb-h1), then the slowest reduction."""
+    from .plan_step import ring_seconds
+
+    q = 1.0 / (d * m)
+    per_rank = np.zeros(s)
+    fill = 0.0
+    for c in range(costs.num_chunks):
+        rank = c % s
+        dev = devices[rank][0]
+        t = _task_seconds(costs, c, q, float(cluster.speed[dev]), recompute[rank])
+        if c < costs.num_chunks - 1:
+            nxt = devices[(c + 1) % s][0]
+            if nxt != dev:
+                t += 2 * (float(cluster.latency[dev, nxt])
+                          + q * costs.boundary_bytes[c] / float(cluster.bandwidth[dev, nxt]))
+        per_rank[rank] += t
+        fill += t
+    if schedule in SPLIT_BACKWARD:
+        weights = sum(q * costs.backward_weight[c] / float(cluster.speed[devices[c % s][0]])
+                      for c in range(costs.num_chunks))
+        fill -= 2 * weights * (s - 1) / max(s, 1)
+    step = (m - 1) * float(per_rank.max()) + fill / (v if schedule == "interleaved-1f1b" else 1)
+    reduce = max((ring_seconds(float(costs.parameter_bytes[c]), devices[c % s], cluster)
+                  for c in range(costs.num_chunks)), default=0.0) if d > 1 else 0.0
+    return step + reduce
+
+
+def _cut(table: LayerTable, cluster: Cluster, name: str, k: int, s: int, d: int, m: int, schedule: str, v: int,
+         devices: tuple[tuple[int, ...], ...], recompute: bool | None,
+         param_factor: float) -> tuple[int, ...] | None:
+    """Chunk boundaries ``(0, ..., layers)`` of ``k`` chunks by ``name`` (None when none fits memory)."""
+    layers = len(table)
+    if name == "uniform":
+        size, extra = divmod(layers, k)
+        return tuple(c * size + min(c, extra) for c in range(k + 1))
+    pre = table.prefix
+    if name == "parameters":
+        weight = pre["parameter_bytes"]
+        return _bottleneck_cut(layers, k, lambda c, a: weight[a + 1:] - weight[a],
+                               lambda c, a: np.ones(layers - a, dtype=bool))
+    q = 1.0 / (d * m)
+
+    def per_micro_batch(name: str) -> np.ndarray:
+        return pre[name + "_fixed"] + q * (pre[name] - pre[name + "_fixed"])
+
+    forward = per_micro_batch("forward")
+    work = forward + per_micro_batch("backward_input") + per_micro_batch("backward_weight")
+    if recompute:
+        work = work + forward
+    boundary = table.costs.boundary_bytes  # after layer i
+    inputs = np.concatenate([[table.costs.input_bytes[0]], boundary[:-1]])  # of a chunk beginning at layer i
+    ends = np.arange(1, layers + 1)
+
+    def seconds(c: int, a: int) -> np.ndarray:
+        """The time of chunk ``c`` beginning at layer ``a`` and ending before layer ``b``, for each ``b > a``."""
+        dev, nxt = devices[c % s][0], devices[(c + 1) % s][0]
+        t = (work[a + 1:] - work[a]) / float(cluster.speed[dev])
+        if nxt != dev:
+            sends = 2 * (float(cluster.latency[dev, nxt]) + q * boundary[a:] / float(cluster.bandwidth[dev, nxt]))
+            t = t + np.where(ends[a:] < layers, sends, 0.0)
+        return t
+
+    def fits(c: int, a: int) -> np.ndarray:
+        rank = c % s
+        memory = min(float(cluster.memory[dev]) for dev in devices[rank]) / v
+        held = _in_flight(schedule, s, rank, m, v)
+        saved = np.ceil(q * (pre["saved_bytes"][a + 1:] - pre["saved_bytes"][a]))
+        static = (pre["parameter_bytes"][a + 1:] - pre["parameter_bytes"][a]) * param_factor
+        plain = static + held * saved
+        again = static + held * math.ceil(q * inputs[a]) + saved
+        need = again if recompute else plain if recompute is False else np.minimum(plain, again)
+        return need <= memory
+
+    return _bottleneck_cut(layers, k, seconds, fits)
+
+
+def _bottleneck_cut(layers: int, k: int, cost, fits) -> tuple[int, ...] | None:
+    """The boundaries of ``k`` contiguous chunks of ``layers`` layers whose largest cost is least, each chunk
+    fitting: ``cost(c, a)`` and ``fits(c, a)`` give, for chunk ``c`` beginning at layer ``a``, a value for each
+    end ``b = a + 1 .. layers`` (arrays). A binary search over that cost, each probe packing chunks greedily (the
+    longest that fits, in order; optimal for costs that grow with a chunk). None when no cut fits."""
+    known: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def ends(c: int, a: int) -> tuple[np.ndarray, np.ndarray]:  # the same for every probe: computed once
+        if (c, a) not in known:
+            known[c, a] = (cost(c, a), fits(c, a))
+        return known[c, a]
+
+    def pack(limit: float) -> tuple[int, ...] | None:
+        parts, a = [0], 0
+        for c in range(k):
+            left = k - c - 1  # chunks still to come, each at least one layer
+            room = layers - left - a  # the most layers this chunk may take
+            if room < 1:
+                return None
+            time_of, fitting = ends(c, a)
+            ok = (time_of[:room] <= limit) & fitting[:room]
+            if c == k - 1:
+                if not ok[room - 1] or not ok.all():
+                    return None
+                take = room
+            else:
+                take = room if ok.all() else int(np.argmin(ok))
+                if take == 0:
+                    return None
+            a += take
+            parts.append(a)
+        return tuple(parts) if a == layers else None
+
+    hi = float(max(ends(c, 0)[0].max() for c in range(k))) * 4 + 1e-30  # above any chunk's cost
+    best = pack(hi)
+    if best is None:
+        return None
+    lo = 0.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        found = pack(mid)
+        if found is not None:
+            best, hi = found, mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-4 * hi:
+            break
+    return best
+
+
+def _plan(graph: ComputationGraph, cluster: Cluster, table: LayerTable, config: _Config, costs: ChunkCosts,
+          step: PlanStep, param_factor: float) -> PipelinePlan:
+    """The :class:`PipelinePlan` of ``config``."""
+    devices = _devices(config.ranks, config.replicas, config.layout)
+    chunk_of = placement_of_layers(graph, table.layers, list(config.parts))
+    forward = [i for i, node in enumerate(graph.nodes) if node.phase in (None, "forward")]
+    ops = np.bincount(chunk_of[forward], minlength=costs.num_chunks)
+    stages = []
+    for c in range(costs.num_chunks):
+        rank = c % config.ranks
+        a, b = config.parts[c], config.parts[c + 1]
+        stages.append(PlanStage(rank, devices[rank][0], None if c == 0 else table.layers[a], table.layers[a:b],
+                                int(ops[c]), float(costs.parameter_bytes[c]),
+                                float(step.peak_memory[devices[rank][0]]),
+                                list(devices[rank]) if config.replicas > 1 else [], config.recompute[rank]))
+    readers: dict[int, set[int]] = {}
+    for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
+        if graph.nodes[s].op == "parameter" and graph.nodes[d].phase in (None, "forward"):
+            readers.setdefault(s, set()).add(int(chunk_of[d]))
+    tied = [TiedGroup(graph.nodes[s].id.removeprefix("param:"), sorted(chunks), float(graph.param_bytes[s]))
+            for s, chunks in readers.items() if len(chunks) > 1]
+    used = {dev for row in devices for dev in row}
+    unused = sorted(set(range(cluster.num_devices)) - used)
+    notes = [f"{config.ranks} stages x {config.replicas} replicas on {len(used)} of the cluster's "
+             f"{cluster.num_devices} devices ({config.layout}), {config.microbatches} micro-batches of "
+             f"{'1/' + str(config.replicas * config.microbatches) + ' of the batch'} each, {config.schedule}"
+             + (f" with {config.virtual} chunks a rank" if config.virtual > 1 else "")]
+    recomputing = [s for s in range(config.ranks) if config.recompute[s]]
+    if recomputing:
+        notes.append(f"ranks {', '.join(map(str, recomputing))} recompute their forward in the backward to fit")
+    for group in tied:
+        notes.append(f"parameter {group.parameter} is tied across stages {group.stages}: its gradients are summed "
+                     "over them before the optimizer step")
+    return PipelinePlan(graph.name, graph_digest(graph), costs.batch, cluster.name, cluster.num_devices,
+                        config.microbatches, config.schedule, stages, tied, float(step.seconds), float(param_factor),
+                        unused, notes, config.replicas, config.virtual)
+
+
+def hand_plan(graph: ComputationGraph, cluster: Cluster, stages: int, replicas: int, microbatches: int,
+              schedule: str = "1f1b", split: str | Sequence[int] = "uniform",
+              layout: str = "replicas-across-nodes", batch: int | None = None,
+              param_factor: float = DEFAULT_PARAM_FACTOR) -> PlannedPipeline:
+    """A plan with every decision fixed (Megatron-LM's default: a uniform split, 1F1B), simulated the same way;
+    recomputation where memory needs it."""
+    return plan_pipeline(graph, cluster, stages=stages, replicas=replicas, microbatches=microbatches,
+                         schedule=schedule, virtual_stages=1 if schedule != "interleaved-1f1b" else None,
+                         split=split, layout=layout, batch=batch, param_factor=param_factor)
+
+
+__all__ = ["LAYOUTS", "SIMULATED", "SPLITS", "LayerTable", "PlannedPipeline", "hand_plan", "plan_pipeline"]

@@ -1,0 +1,114 @@
+"""The planner of hybrid pipelines: its cut against brute force, fixed decisions honoured, never behind the hand
+grid, uneven splits where layers differ, its plan simulated and read back, and bad input."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from placement_env import Cluster, load_graph
+from placement_env.plan.pipeline_plan import PipelinePlan
+from placement_env.plan.plan_step import simulate_plan
+from placement_env.plan.planner import _bottleneck_cut, hand_plan, plan_pipeline
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_greedy_bottleneck_cut_is_the_brute_force_optimum(seed):
+    rng = np.random.default_rng(seed)
+    layers, k = int(rng.integers(2, 9)), int(rng.integers(1, 5))
+    k = min(k, layers)
+    weight = rng.uniform(0.1, 3.0, layers)
+    cap = float(rng.uniform(weight.max(), weight.sum()))  # a memory: no chunk may hold more weight than this
+    prefix = np.concatenate([[0.0], np.cumsum(weight)])
+    speed = rng.uniform(0.5, 2.0, k)  # chunks on devices of different speeds
+
+    def cost(c, a):
+        return (prefix[a + 1:] - prefix[a]) / speed[c]
+
+    def fits(c, a):
+        return (prefix[a + 1:] - prefix[a]) <= cap
+
+    best = None
+    for cuts in itertools.combinations(range(1, layers), k - 1):
+        parts = (0, *cuts, layers)
+        runs = [(prefix[b] - prefix[a], c) for c, (a, b) in enumerate(zip(parts, parts[1:]))]
+        if all(w <= cap for w, _ in runs):
+            value = max(w / speed[c] for w, c in runs)
+            best = value if best is None else min(best, value)
+    found = _bottleneck_cut(layers, k, cost, fits)
+    if best is None:
+        assert found is None
+    else:
+        value = max((prefix[b] - prefix[a]) / speed[c] for c, (a, b) in enumerate(zip(found, found[1:])))
+        assert value == pytest.approx(best, rel=1e-3)
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return load_graph("gpt2")
+
+
+def test_fixed_decisions_are_the_plan_and_its_step_is_simulate_plan_s(gpt2, tmp_path):
+    c = Cluster.preset("a100-nvlink", 8, per_node=4)
+    planned = plan_pipeline(gpt2, c, stages=2, replicas=4, microbatches=8, schedule="1f1b", split="uniform",
+                            layout="replicas-across-nodes", batch=64)
+    plan = planned.plan
+    assert (plan.num_stages, plan.replicas, plan.microbatches, plan.schedule, plan.batch) == (2, 4, 8, "1f1b", 64)
+    assert plan.devices == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert [len(stage.layers) for stage in plan.stages] == [9, 8]  # uniform: 17 layers
+    assert simulate_plan(gpt2, plan, c).seconds == planned.step.seconds == plan.simulated_step_seconds
+    assert planned.lower_bound <= planned.step.seconds
+    plan.to_json(tmp_path / "plan.json")
+    again = PipelinePlan.from_json(tmp_path / "plan.json")
+    assert again == plan and simulate_plan(gpt2, again, c).seconds == planned.step.seconds
+    # the embedding (first stage) and the head (last) share the tied weight: summed across the two ranks
+    assert [group.stages for group in plan.tied] == [[0, 1]]
+    custom = plan_pipeline(gpt2, c, stages=2, replicas=4, microbatches=8, schedule="1f1b", split=[5, 12],
+                           batch=64)
+    assert [len(stage.layers) for stage in custom.plan.stages] == [5, 12] and custom.split == "given"
+
+
+def test_the_planner_is_never_behind_the_hand_grid(gpt2):
+    c = Cluster.preset("a100-nvlink", 8, per_node=4)
+    planned = plan_pipeline(gpt2, c, batch=64)
+    grid = []
+    for s in (1, 2, 4, 8):
+        for factor in (1, 2, 4, 8):
+            try:
+                grid.append(hand_plan(gpt2, c, s, 8 // s, s * factor, batch=64).step.seconds)
+            except ValueError:  # 8 // s x s * factor does not divide 64, or it does not fit
+                pass
+    assert grid and planned.step.seconds <= min(grid) * (1 + 1e-9)
+    assert planned.lower_bound <= planned.step.seconds
+
+
+def test_heavy_first_and_last_layers_get_fewer_layers_than_uniform():
+    # on one device per stage and a long pipeline, the embedding and the output layer (a 50,257-word vocabulary)
+    # weigh as several blocks: the time-balanced split gives the end stages fewer layers
+    g = load_graph("gpt2")
+    c = Cluster.preset("a100-nvlink", 4)
+    timed = plan_pipeline(g, c, stages=4, replicas=1, microbatches=16, schedule="1f1b", split="time", batch=64)
+    uniform = plan_pipeline(g, c, stages=4, replicas=1, microbatches=16, schedule="1f1b", split="uniform",
+                            batch=64)
+    counts = [len(stage.layers) for stage in timed.plan.stages]
+    assert counts != [len(stage.layers) for stage in uniform.plan.stages]
+    assert timed.step.seconds < uniform.step.seconds
+
+
+def test_bad_choices_are_one_error_naming_them(gpt2):
+    c = Cluster.preset("a100-nvlink", 8)
+    with pytest.raises(ValueError, match="4 stages x 4 replicas = 16 devices; the cluster has 8"):
+        plan_pipeline(gpt2, c, stages=4, replicas=4)
+    with pytest.raises(ValueError, match="unknown schedule 'pipedream'"):
+        plan_pipeline(gpt2, c, schedule="pipedream")
+    with pytest.raises(ValueError, match="2 replicas x 3 micro-batches do not divide the graph's batch of 8"):
+        plan_pipeline(gpt2, c, replicas=2, microbatches=3)
+    with pytest.raises(ValueError, match="8 stages x 4 virtual stages need as many layers; the graph has 17"):
+        plan_pipeline(gpt2, c, stages=8, virtual_stages=4, schedule="interleaved-1f1b")
+    with pytest.raises(ValueError, match=r"a split gives each chunk 1 or more layers, 17 in all; got \[5, 5\]"):
+        plan_pipeline(gpt2, c, stages=2, split=[5, 5])
+    with pytest.raises(ValueError, match="unknown layout 'diagonal'"):
+        plan_pipeline(gpt2, c, layout="diagonal")
+    with pytest.raises(ValueError, match=r"no plan of graph 'gpt2' \(17 layers\) fits the memory of 8 devices \(0.09 "
+                                         r"GiB the smallest\)"):
+        plan_pipeline(gpt2, c.with_memory(1e8))
