@@ -204,3 +204,38 @@ def test_a_plan_simulates_close_to_the_op_level_pipelined_step_and_round_trips(t
     assert again == plan and simulate_plan(g, again, c).seconds == step.seconds
     with pytest.raises(ValueError, match="the plan was made for graph 'gpt2'"):
         simulate_plan(load_graph("bert-base"), plan, c)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_compiled_loop_gives_the_reference_s_results(seed):
+    """Random plans (schedules, virtual stages, replicas, recomputation, zero-length tasks, uneven links): the
+    compiled event loop and the plain one agree exactly."""
+    rng = np.random.default_rng(seed)
+    schedule = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"][seed % 4]
+    ranks = int(rng.integers(2, 5))
+    virtual = int(rng.integers(2, 4)) if schedule == "interleaved-1f1b" else 1
+    m = ranks * int(rng.integers(1, 4)) if schedule == "interleaved-1f1b" else int(rng.integers(1, 9))
+    replicas = int(rng.integers(1, 3))
+    k = ranks * virtual
+
+    def values(low, high, zero_share=0.2):
+        v = rng.uniform(low, high, k)
+        v[rng.random(k) < zero_share] = 0.0
+        return v
+
+    forward = values(0.5, 2.0)
+    costs = ChunkCosts(forward, forward * rng.uniform(0, 0.3, k), values(0.5, 3.0), np.zeros(k),
+                       values(0.2, 1.0), np.zeros(k), values(0.0, 0.1), values(1e6, 1e8), values(1e6, 1e8),
+                       values(1e3, 1e7), values(1e3, 1e6), None)
+    devices = rng.permutation(ranks * replicas).reshape(ranks, replicas)
+    n = ranks * replicas
+    bandwidth = rng.uniform(1e8, 1e10, (n, n))
+    latency = rng.uniform(0, 1e-3, (n, n))
+    c = Cluster([Device(f"d{i}", float(rng.uniform(0.5, 2.0)), 1e15) for i in range(n)], bandwidth, latency)
+    layout = PlanLayout(tuple(tuple(int(d) for d in row) for row in devices), m, schedule, virtual,
+                        tuple(bool(x) for x in rng.random(ranks) < 0.5), ((5e6, (0, ranks - 1)),))
+    fast = simulate_layout(costs, layout, c, trace=True)
+    slow = simulate_layout(costs, layout, c, trace=True, reference=True)
+    assert fast.seconds == slow.seconds and fast.compute_seconds == slow.compute_seconds
+    assert np.array_equal(fast.peak_memory, slow.peak_memory) and np.array_equal(fast.busy, slow.busy)
+    assert fast.reductions == slow.reductions and fast.schedule == slow.schedule

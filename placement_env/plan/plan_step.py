@@ -10,8 +10,6 @@ simulation of its tasks and transfers; replicas whose devices and links are alik
 
 from __future__ import annotations
 
-import heapq
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +21,8 @@ from placement_env.graph.model import ComputationGraph
 
 from .layers import ChunkCosts, chunk_costs, placement_of_layers
 from .pipeline_plan import PipelinePlan
+from .plan_kernel import simulate_replica_kernel
+from .plan_reference import simulate_replica_reference
 from .schedules import SPLIT_BACKWARD, Task, checked_plan_schedule, rank_sequences
 
 
@@ -105,9 +105,11 @@ def ring_seconds(nbytes: float, devices: Sequence[int], cluster: Cluster) -> flo
                              for a, b in hops)
 
 
-def simulate_layout(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, trace: bool = False) -> PlanStep:
+def simulate_layout(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, trace: bool = False,
+                    reference: bool = False) -> PlanStep:
     """Simulate the step of chunks ``costs`` run as ``layout`` on ``cluster`` (``docs/spec/simulator.md``
-    section 3b).
+    section 3b). ``trace`` fills the step's ``schedule``; ``reference`` runs the plain Python event loop
+    (:mod:`~placement_env.plan.plan_reference`) instead of the compiled one: identical results, slower.
 
     Raises:
         ValueError: a layout whose devices the cluster lacks or that uses a device twice, whose ranks, virtual
@@ -123,7 +125,7 @@ def simulate_layout(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, tra
         devices = [layout.devices[s][r] for s in range(s_)]
         key = _replica_key(devices, costs.num_chunks, cluster)
         if key not in replicas:
-            replicas[key] = _simulate_replica(costs, layout, cluster, devices, orders, q)
+            replicas[key] = _simulate_replica(costs, layout, cluster, devices, orders, q, reference, trace)
         of_replica.append(replicas[key])
     peak = np.zeros(cluster.num_devices)
     busy = np.zeros(cluster.num_devices)
@@ -242,11 +244,46 @@ def _replica_key(devices: list[int], chunks: int, cluster: Cluster) -> tuple:
     return tuple(float(cluster.speed[d]) for d in devices), tuple(links)
 
 
-def _simulate_replica(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, devices: list[int],
-                      orders: list[list[Task]], q: float) -> _Replica:
-    """One replica's tasks and transfers, event by event (section 3b's Tasks, Devices and Events)."""
+@dataclass(frozen=True)
+class ReplicaInputs:
+    """What one replica's event loop reads (prepared by :func:`replica_inputs`; both loops take these).
+
+    Attributes:
+        kind, chunk, micro: (S, n) each rank's sequence (kind 0 F, 1 B, 2 W).
+        devices: (S,) each rank's cluster device.
+        f_time, b_time, w_time: (K,) seconds of each chunk's tasks on its rank.
+        message, saved, kept: (K,) bytes sent after a chunk, activations held per micro-batch, a recomputing
+            chunk's inputs; ``recompute``: (K,) bool.
+        latency, bandwidth: (S, S) between the ranks' devices.
+        split: weight tasks of their own.
+    """
+
+    kind: np.ndarray
+    chunk: np.ndarray
+    micro: np.ndarray
+    devices: np.ndarray
+    f_time: np.ndarray
+    b_time: np.ndarray
+    w_time: np.ndarray
+    message: np.ndarray
+    saved: np.ndarray
+    kept: np.ndarray
+    recompute: np.ndarray
+    latency: np.ndarray
+    bandwidth: np.ndarray
+    split: bool
+
+    def arrays(self) -> tuple:
+        return (self.kind, self.chunk, self.micro, self.devices, self.f_time, self.b_time, self.w_time, self.message,
+                self.saved, self.kept, self.recompute, self.latency, self.bandwidth, self.split)
+
+
+def replica_inputs(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, devices: list[int],
+                   sequences: list[list[Task]], q: float) -> ReplicaInputs:
+    """The :class:`ReplicaInputs` of a replica on ``devices`` (section 3b's Tasks)."""
     s_, k_ = len(devices), costs.num_chunks
     split = layout.schedule in SPLIT_BACKWARD
+    dev = np.array(devices, dtype=np.int64)
     speed = np.array([cluster.speed[devices[c % s_]] for c in range(k_)])
 
     def part(total: np.ndarray, fixed: np.ndarray) -> np.ndarray:
@@ -257,117 +294,30 @@ def _simulate_replica(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, d
     w_time = part(costs.backward_weight, costs.backward_weight_fixed) / speed
     if not split:
         b_time = b_time + w_time
-    recompute = np.array([layout.recomputes(c % s_) for c in range(k_)])
+    recompute = np.array([layout.recomputes(c % s_) for c in range(k_)], dtype=bool)
     b_time = b_time + np.where(recompute, f_time, 0.0)
-    message = np.ceil(q * costs.boundary_bytes)
-    saved, kept = np.ceil(q * costs.saved_bytes), np.ceil(q * costs.input_bytes)
+    codes = {"F": 0, "B": 1, "W": 2}
+    kind = np.array([[codes[t[0]] for t in seq] for seq in sequences], dtype=np.int64)
+    chunk = np.array([[t[1] for t in seq] for seq in sequences], dtype=np.int64)
+    micro = np.array([[t[2] for t in seq] for seq in sequences], dtype=np.int64)
+    return ReplicaInputs(kind, chunk, micro, dev, f_time, b_time, w_time, np.ceil(q * costs.boundary_bytes),
+                         np.ceil(q * costs.saved_bytes), np.ceil(q * costs.input_bytes), recompute,
+                         np.ascontiguousarray(cluster.latency[np.ix_(dev, dev)]),
+                         np.ascontiguousarray(cluster.bandwidth[np.ix_(dev, dev)]), split)
 
-    f_end: dict[tuple[int, int], float] = {}
-    b_end: dict[tuple[int, int], float] = {}
-    forward_in: dict[tuple[int, int], float] = {}
-    backward_in: dict[tuple[int, int], float] = {}
-    position = [0] * s_  # each rank's next task in its sequence
-    running: list[Task | None] = [None] * s_
-    last_end = np.zeros(s_)
-    busy = np.zeros(s_)
-    chunk_ready = np.zeros(k_)
-    memory: list[list[tuple[float, float]]] = [[] for _ in range(s_)]
-    tasks: list[tuple[str, int, float, float]] = []
-    send_free = np.zeros(s_)
-    recv_free = np.zeros(s_)
-    events: list[tuple[float, int, int, tuple]] = []
-    booked = 0
-    by_device = sorted(range(s_), key=lambda s: devices[s])
 
-    def ready_task(s: int, t: float) -> Task | None:
-        """Rank ``s``'s next task when it is ready at ``t``."""
-        if position[s] == len(orders[s]):
-            return None
-        kind, c, k = task = orders[s][position[s]]
-        if kind == "F":
-            ready = c == 0 or forward_in.get((c, k), math.inf) <= t
-        elif kind == "B":
-            ready = (c, k) in f_end and (c == k_ - 1 or backward_in.get((c, k), math.inf) <= t)
-        else:
-            ready = (c, k) in b_end
-        return task if ready else None
-
-    def send(t: float, c_from: int, c_to: int, k: int, arrivals: dict[tuple[int, int], float], key_chunk: int) -> None:
-        nonlocal booked
-        a, b = c_from % s_, c_to % s_
-        if devices[a] == devices[b]:
-            arrivals[(key_chunk, k)] = t
-            return
-        da, db = devices[a], devices[b]
-        nbytes = message[min(c_from, c_to)]
-        start = max(t, send_free[a], recv_free[b])
-        end = start + float(cluster.latency[da, db]) + nbytes / float(cluster.bandwidth[da, db])
-        send_free[a] = recv_free[b] = end
-        heapq.heappush(events, (end, 1, booked, ("arrive", key_chunk, k, arrivals)))
-        booked += 1
-
-    def finish(t: float, s: int, kind: str, c: int, k: int) -> None:
-        running[s] = None
-        last_end[s] = t
-        if kind == "F":
-            f_end[(c, k)] = t
-            if c < k_ - 1:
-                send(t, c, c + 1, k, forward_in, c + 1)
-        elif kind == "B":
-            b_end[(c, k)] = t
-            if not split:
-                memory[s].append((t, -(saved[c] if not recompute[c] else saved[c] + kept[c])))
-                chunk_ready[c] = max(chunk_ready[c], t)
-            if c > 0:
-                send(t, c, c - 1, k, backward_in, c - 1)
-        else:
-            memory[s].append((t, -(saved[c] if not recompute[c] else saved[c] + kept[c])))
-            chunk_ready[c] = max(chunk_ready[c], t)
-
-    t = 0.0
-    while True:
-        zero = False
-        for s in by_device:
-            if running[s] is not None:
-                continue
-            task = ready_task(s, t)
-            if task is None:
-                continue
-            kind, c, k = task
-            position[s] += 1
-            seconds = float({"F": f_time, "B": b_time, "W": w_time}[kind][c])
-            running[s] = task
-            busy[s] += seconds
-            if kind == "F":
-                memory[s].append((t, kept[c] if recompute[c] else saved[c]))
-            elif kind == "B" and recompute[c]:
-                memory[s].append((t, saved[c]))
-            tasks.append((f"{kind}{c}@{k}", s, t, t + seconds))
-            heapq.heappush(events, (t + seconds, 0, devices[s], ("end", s, kind, c, k)))
-            if seconds == 0:
-                zero = True
-                break
-        if not events:
-            break
-        if not zero:
-            t = events[0][0]
-        while events and events[0][0] <= t:
-            _, _, _, payload = heapq.heappop(events)
-            if payload[0] == "end":
-                finish(t, *payload[1:])
-            else:
-                _, chunk, k, arrivals = payload
-                arrivals[(chunk, k)] = t
-    stuck = [s for s in range(s_) if position[s] < len(orders[s])]
-    if stuck:  # cannot happen for the schedules of section 3b; a guard against a wrong order
-        raise RuntimeError(f"the schedule {layout.schedule} deadlocked on rank {stuck[0]}")
-    activations = np.zeros(s_)
-    for s in range(s_):
-        level = top = 0.0
-        for _, delta in sorted(memory[s], key=lambda e: (e[0], e[1] > 0)):
-            level += delta
-            top = max(top, level)
-        activations[s] = top
+def _simulate_replica(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, devices: list[int],
+                      sequences: list[list[Task]], q: float, reference: bool, trace: bool) -> _Replica:
+    """One replica's tasks and transfers, event by event (section 3b's Tasks, Devices and Events): the compiled
+    loop, or with ``reference`` the plain one."""
+    inputs = replica_inputs(costs, layout, cluster, devices, sequences, q)
+    loop = simulate_replica_reference if reference else simulate_replica_kernel
+    start, end, last_end, busy, chunk_ready, activations, stuck = loop(*inputs.arrays())
+    if stuck >= 0:  # cannot happen for the schedules of section 3b; a guard against a wrong sequence
+        raise RuntimeError(f"the schedule {layout.schedule} deadlocked on rank {stuck}")
+    names = "FBW"
+    tasks = [(f"{names[inputs.kind[s, i]]}{inputs.chunk[s, i]}@{inputs.micro[s, i]}", s, float(start[s, i]),
+              float(end[s, i])) for s in range(len(devices)) for i in range(inputs.kind.shape[1])] if trace else []
     return _Replica(last_end, chunk_ready, activations, busy, tasks)
 
 
