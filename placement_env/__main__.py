@@ -1,4 +1,5 @@
-"""``python -m placement_env``: simulate or export a placement, list the shipped graphs, or print table 1.
+"""``python -m placement_env``: simulate or export a placement, plan or run a pipeline, list the shipped graphs, or
+print table 1.
 
 Examples::
 
@@ -10,6 +11,9 @@ Examples::
     python -m placement_env export --graph model.json.gz --placement p.json --devices 4 --microbatches 8 \
         --format pipeline-plan --out plan.json
     python -m placement_env run --plan plan.json --model mypackage.models:tiny_gpt2 --steps 5 --sgd 0.01
+    python -m placement_env plan --graph gpt2 --devices 16 --per-node 8 --device-kind a100-nvlink --batch 512
+    python -m placement_env plan --graph gpt2 --devices 16 --per-node 8 --device-kind a100-nvlink --batch 512 \
+        --stages 4 --replicas 4 --microbatches 16 --schedule 1f1b --split uniform --export megatron --out m.json
     python -m placement_env graphs
     python -m placement_env table1
 """
@@ -35,7 +39,10 @@ from placement_env.cli import (
 )
 from placement_env.graph.placement_io import read_placement
 from placement_env.json_files import write_json_file, write_text_atomically
+from placement_env.plan.exports import deepspeed_partition, device_mesh, megatron_arguments
 from placement_env.plan.pipeline_plan import PipelinePlan, pipeline_plan
+from placement_env.plan.planner import LAYOUTS, SPLITS, plan_pipeline
+from placement_env.plan.schedules import PLAN_SCHEDULES
 from placement_env.runtime import to_device_map, to_split_points
 from placement_env.sim.chrome_trace import write_chrome_trace
 from placement_env.sim.simulator import check_placement, checked_param_factor, simulate
@@ -87,6 +94,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sgd", type=float, metavar="LR",
                      help="update the parameters with SGD at this learning rate (default: gradients only)")
     run.add_argument("--out", metavar="FILE", help="also write the measurements as JSON there")
+    planning = sub.add_parser("plan", help="plan a hybrid pipeline (stages x replicas x micro-batches x schedule x "
+                                           "recomputation x layer split) for a graph with module names")
+    add_graph_and_cluster_args(planning)
+    planning.add_argument("--batch", type=_count, help="the step's batch (default: the graph's own)")
+    for name, what in (("stages", "pipeline stages S"), ("replicas", "data-parallel replicas D"),
+                       ("microbatches", "micro-batches m per replica"),
+                       ("virtual-stages", "chunks a stage runs (interleaved-1f1b)")):
+        planning.add_argument(f"--{name}", type=_count, help=f"fix the {what} (default: the planner chooses)")
+    planning.add_argument("--schedule", choices=PLAN_SCHEDULES, help="fix the schedule")
+    planning.add_argument("--recompute", choices=("on", "off"),
+                          help="recompute on every stage, or on none (default: where memory needs it)")
+    planning.add_argument("--split", help="uniform (Megatron's), parameters (DeepSpeed's), time, or layers per "
+                                          "chunk such as 5,4,4,4 (default: the planner chooses)")
+    planning.add_argument("--layout", choices=LAYOUTS, help="which devices form stages and replicas")
+    planning.add_argument("--export", choices=PLAN_EXPORTS, default="plan",
+                          help="what --out holds: the plan (for run), Megatron-LM's arguments, DeepSpeed's "
+                               "partition, or the (dp, pp) DeviceMesh")
+    planning.add_argument("--out", metavar="FILE", help="write it there as JSON (default: only the summary)")
     sub.add_parser("graphs", help="list the shipped graphs with their sizes")
     sub.add_parser("table1", help="the benchmark suites' structure in the layout of the paper's table 1")
     return parser
@@ -139,6 +164,64 @@ def export(args: argparse.Namespace) -> int:
         write_text_atomically(args.out, json.dumps(exported, indent=1) + "\n")
     else:
         print(json.dumps(exported, indent=1))
+    return 0
+
+
+PLAN_EXPORTS = ("plan", "megatron", "deepspeed", "device-mesh")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    """``plan``: :func:`~placement_env.plan.planner.plan_pipeline` with the decisions given fixed; a summary, and
+    the plan or an export of it in ``args.out``."""
+    check_output_paths(args.out)
+    graph, cluster = graph_and_cluster_from_args(args)
+    split: str | list[int] | None = args.split
+    if split is not None and split not in SPLITS:
+        try:
+            split = [int(x) for x in str(args.split).split(",")]
+        except ValueError:
+            raise ValueError(f"--split must be one of {', '.join(SPLITS)} or layers per chunk such as 5,4,4,4, got "
+                             f"{args.split!r}") from None
+    planned = plan_pipeline(graph, cluster, stages=args.stages, replicas=args.replicas,
+                            microbatches=args.microbatches, schedule=args.schedule,
+                            virtual_stages=args.virtual_stages,
+                            recompute=None if args.recompute is None else args.recompute == "on", split=split,
+                            layout=args.layout, batch=args.batch)
+    plan = planned.plan
+    if args.export == "plan":
+        exported = plan.to_dict()
+    elif args.export == "megatron":
+        exported = megatron_arguments(plan, graph)
+    elif args.export == "deepspeed":
+        exported = deepspeed_partition(plan)
+    else:
+        exported = device_mesh(plan)
+    print(f"graph {graph.name} ({len(plan.layers)} layers), batch {plan.batch}, on {cluster.name} "
+          f"({cluster.num_devices} devices)")
+    for note in plan.notes:
+        print(f"  {note}")
+    print(f"step         {planned.step.seconds * 1e3:.3f} ms simulated (lower bound {planned.lower_bound * 1e3:.3f} "
+          f"ms, {planned.gap:.2f}x)")
+    print(f"split        {planned.split}: layers per stage {[len(stage.layers) for stage in plan.stages]}")
+    peak = max(stage.simulated_peak_memory for stage in plan.stages)
+    print(f"memory       {peak / 2**30:.2f} GiB at most a device, of {float(cluster.memory.min()) / 2**30:.2f}")
+    print(f"planned in   {planned.seconds:.1f} s ({planned.configurations} configurations, {planned.simulated} "
+          "simulated)")
+    if args.out:
+        if args.out.endswith(".gz"):
+            write_json_file(exported, args.out)
+        else:
+            write_text_atomically(args.out, json.dumps(exported, indent=1) + "\n")
     return 0
 
 
@@ -200,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         return export(args)
     if args.command == "run":
         return run_plan(args)
+    if args.command == "plan":
+        return plan_command(args)
     if args.command == "graphs":
         list_shipped()
         return 0

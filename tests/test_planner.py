@@ -55,7 +55,8 @@ def test_fixed_decisions_are_the_plan_and_its_step_is_simulate_plan_s(gpt2, tmp_
     plan = planned.plan
     assert (plan.num_stages, plan.replicas, plan.microbatches, plan.schedule, plan.batch) == (2, 4, 8, "1f1b", 64)
     assert plan.devices == [[0, 2, 4, 6], [1, 3, 5, 7]]
-    assert [len(stage.layers) for stage in plan.stages] == [9, 8]  # uniform: 17 layers
+    # Megatron's uniform split: 6 blocks each, the embedding (3 layers) first, the final norm and head last
+    assert [len(stage.layers) for stage in plan.stages] == [9, 8]
     assert simulate_plan(gpt2, plan, c).seconds == planned.step.seconds == plan.simulated_step_seconds
     assert planned.lower_bound <= planned.step.seconds
     plan.to_json(tmp_path / "plan.json")
@@ -103,7 +104,8 @@ def test_bad_choices_are_one_error_naming_them(gpt2):
         plan_pipeline(gpt2, c, schedule="pipedream")
     with pytest.raises(ValueError, match="2 replicas x 3 micro-batches do not divide the graph's batch of 8"):
         plan_pipeline(gpt2, c, replicas=2, microbatches=3)
-    with pytest.raises(ValueError, match="8 stages x 4 virtual stages need as many layers; the graph has 17"):
+    with pytest.raises(ValueError, match="8 stages x 4 virtual stages need as many chunks; the graph's 17 layers "
+                                         "make at most 14"):
         plan_pipeline(gpt2, c, stages=8, virtual_stages=4, schedule="interleaved-1f1b")
     with pytest.raises(ValueError, match=r"a split gives each chunk 1 or more layers, 17 in all; got \[5, 5\]"):
         plan_pipeline(gpt2, c, stages=2, split=[5, 5])
@@ -112,3 +114,71 @@ def test_bad_choices_are_one_error_naming_them(gpt2):
     with pytest.raises(ValueError, match=r"no plan of graph 'gpt2' \(17 layers\) fits the memory of 8 devices \(0.09 "
                                          r"GiB the smallest\)"):
         plan_pipeline(gpt2, c.with_memory(1e8))
+
+
+def parse_megatron_layout(layout: str) -> list[list[str]]:
+    """Megatron-LM's --pipeline-model-parallel-layout, read as its documentation (docs/api-guide/
+    pipeline_parallel_layout.md) writes it: stages split by '|', 'x*n' and '(...)*n' repeat, commas cosmetic."""
+    import re
+
+    text = layout.replace(",", "")
+    while "(" in text:
+        text = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    return [list(stage) for stage in text.split("|")]
+
+
+@pytest.mark.parametrize("schedule,virtual", [("1f1b", 1), ("interleaved-1f1b", 2)])
+def test_the_exports_are_read_back_as_their_consumers_read_them(gpt2, schedule, virtual):
+    from placement_env.plan.exports import deepspeed_partition, device_mesh, megatron_arguments
+    from placement_env.plan.module_tree import block_layers
+
+    c = Cluster.preset("a100-nvlink", 8, per_node=4)
+    plan = plan_pipeline(gpt2, c, stages=4, replicas=2, microbatches=8, schedule=schedule, virtual_stages=virtual,
+                         batch=64).plan
+    megatron = megatron_arguments(plan, gpt2)["arguments"]
+    stages = parse_megatron_layout(megatron["--pipeline-model-parallel-layout"])
+    blocks = set(block_layers(gpt2))
+    assert len(stages) == len(plan.stages) == 4 * virtual
+    assert [stage.count("t") for stage in stages] == [sum(x in blocks for x in s.layers) for s in plan.stages]
+    flat = [symbol for stage in stages for symbol in stage]
+    assert flat[0] == "E" and flat[-1] == "L" and flat.count("E") == flat.count("L") == 1
+    assert megatron["--pipeline-model-parallel-size"] == 4 and megatron["--micro-batch-size"] == 64 // (2 * 8)
+    mesh = device_mesh(plan)
+    assert mesh["mesh"] == [[plan.devices[s][r] for s in range(4)] for r in range(2)]
+    if virtual == 1:
+        parts = deepspeed_partition(plan)
+        assert parts["layers"][parts["parts"][1]] == plan.stages[1].begins_at and parts["data_parallel_size"] == 2
+    else:
+        with pytest.raises(ValueError, match="one chunk a rank"):
+            deepspeed_partition(plan)
+
+
+def test_the_plan_command_writes_a_plan_or_an_export_and_refuses_bad_input(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    base = [sys.executable, "-m", "placement_env", "plan", "--graph", "gpt2", "--devices", "8", "--per-node", "4",
+            "--device-kind", "a100-nvlink", "--batch", "64"]
+    done = subprocess.run([*base, "--stages", "2", "--replicas", "4", "--microbatches", "8", "--schedule", "1f1b",
+                           "--split", "uniform", "--out", str(tmp_path / "plan.json")], cwd=root, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "2 stages x 4 replicas" in done.stdout and "step " in done.stdout
+    plan = PipelinePlan.from_json(tmp_path / "plan.json")
+    assert (plan.num_stages, plan.replicas) == (2, 4)
+    done = subprocess.run([*base, "--stages", "2", "--replicas", "4", "--microbatches", "8", "--export", "megatron",
+                           "--out", str(tmp_path / "m.json")], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "--pipeline-model-parallel-layout" in json.loads(
+        (tmp_path / "m.json").read_text())["arguments"]
+    for bad, message in ((["--stages", "9"], "error: 9 stages x 1 replicas = 9 devices; the cluster has 8"),
+                         (["--split", "5,x"], "error: --split must be one of"),
+                         (["--schedule", "pipedream"], "error: argument --schedule: invalid choice")):
+        done = subprocess.run([*base, *bad, "--out", str(tmp_path / "bad.json")], cwd=root, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 2 and done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1, \
+            done.stderr
+        assert not (tmp_path / "bad.json").exists()

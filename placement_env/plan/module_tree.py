@@ -138,8 +138,19 @@ def layer_sequence(graph: ComputationGraph) -> list[str]:
     list of blocks of one structure somewhere below it (``transformer`` of GPT-2: its embeddings, ``h.0`` ..
     ``h.11``, ``ln_f``). Raises ``ValueError`` for a graph
     without module names."""
+    return _layers_and_blocks(graph)[0]
+
+
+def block_layers(graph: ComputationGraph) -> list[str]:
+    """Of :func:`layer_sequence`, the layers that are blocks of a list of blocks of one structure (GPT-2's
+    ``transformer.h.0`` .. ``h.11``: Megatron-LM's transformer layers), in program order."""
+    return _layers_and_blocks(graph)[1]
+
+
+def _layers_and_blocks(graph: ComputationGraph) -> tuple[list[str], list[str]]:
     placed = PlacedModules(graph, np.zeros(graph.num_nodes, dtype=np.int64))
     layers: list[str] = []
+    blocks_found: list[str] = []
 
     def shape(name: str) -> tuple[str, ...]:
         return tuple(child.rsplit(".", 1)[-1] for child in placed.children(name))
@@ -160,10 +171,12 @@ def layer_sequence(graph: ComputationGraph) -> list[str]:
         # BertLayer), as a user lists them for DeepSpeed
         if name and (block or name in placed.own or not children) and not holds_blocks(name):
             layers.append(name)
+            if block:
+                blocks_found.append(name)
             return
         blocks = repeats_blocks(name)
         for child in children:
             visit(child, blocks)
 
     visit("")
-    return layers
+    return layers, blocks_found

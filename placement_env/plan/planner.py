@@ -38,7 +38,7 @@ from placement_env.graph.model import ComputationGraph
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
 
 from .layers import ChunkCosts, chunk_costs, placement_of_layers
-from .module_tree import layer_sequence
+from .module_tree import block_layers, layer_sequence
 from .pipeline_plan import PipelinePlan, PlanStage, TiedGroup
 from .plan_step import PlanLayout, PlanStep, simulate_layout
 from .schedules import PLAN_SCHEDULES, SPLIT_BACKWARD, checked_plan_schedule
@@ -101,8 +101,20 @@ class _Config:
 class LayerTable:
     """The graph's layers and what any run of them costs (module docstring, step 1)."""
 
-    def __init__(self, graph: ComputationGraph, layers: Sequence[str], batch: int | None = None) -> None:
+    def __init__(self, graph: ComputationGraph, layers: Sequence[str], batch: int | None = None,
+                 blocks: Sequence[str] = ()) -> None:
         self.graph, self.layers, self.batch = graph, list(layers), batch
+        # where a chunk may end: before the first block, between blocks, after the last block (the layers before
+        # and after the blocks stay together, as Megatron-LM keeps its embedding and its loss); anywhere without
+        # blocks
+        at = [i for i, layer in enumerate(self.layers) if layer in set(blocks)]
+        self.allowed = np.ones(len(self.layers) + 1, dtype=bool)
+        self.first_block, self.blocks = (at[0], len(at)) if at else (0, len(self.layers))
+        if at:
+            self.allowed[:] = False
+            self.allowed[[*at, at[-1] + 1, len(self.layers)]] = True
+        self.allowed[0] = False
+        self.max_chunks = int(self.allowed.sum())
         self.chunk_of = placement_of_layers(graph, self.layers, list(range(len(self.layers) + 1)))
         self.costs = self.exact(self.chunk_of)
         c = self.costs
@@ -123,6 +135,16 @@ class LayerTable:
 
     def __len__(self) -> int:
         return len(self.layers)
+
+    def uniform_cut(self, k: int) -> tuple[int, ...] | None:
+        """Megatron-LM's default split: the blocks as evenly as can be (the first ``blocks % k`` chunks one more),
+        the layers before them in the first chunk and those after in the last (without blocks: all layers so);
+        None for more chunks than blocks."""
+        if k > self.blocks:
+            return None
+        size, extra = divmod(self.blocks, k)
+        cuts = [self.first_block + c * size + min(c, extra) for c in range(1, k)]
+        return (0, *cuts, len(self.layers))
 
     def exact(self, chunk_of: np.ndarray) -> ChunkCosts:
         """:func:`chunk_costs` of the graph cut so, for the table's batch."""
@@ -189,7 +211,7 @@ def plan_pipeline(graph: ComputationGraph, cluster: Cluster, *, stages: int | No
             length), or no configuration that fits in memory (the closest is named).
     """
     began = time.perf_counter()
-    table = LayerTable(graph, layer_sequence(graph), batch)
+    table = LayerTable(graph, layer_sequence(graph), batch, block_layers(graph))
     n, layers = cluster.num_devices, len(table)
     configs = _configurations(table, cluster, stages, replicas, microbatches, schedule, virtual_stages, recompute,
                               split, layout, param_factor)
@@ -269,9 +291,10 @@ def _configurations(table: LayerTable, cluster: Cluster, stages: int | None, rep
                     param_factor: float) -> list[_Config]:
     """Every configuration left open, estimated (module docstring, steps 2 and 3)."""
     n, layers, batch = cluster.num_devices, len(table), table.costs.batch
-    _check_fixed(n, layers, batch, stages, replicas, microbatches, schedule, virtual_stages, split, layout)
+    _check_fixed(n, layers, table.max_chunks, batch, stages, replicas, microbatches, schedule, virtual_stages, split,
+                 layout)
     pairs = []
-    for s in range(1, min(n, layers) + 1):
+    for s in range(1, min(n, table.max_chunks) + 1):
         if stages is not None and s != stages:
             continue
         for d in ([replicas] if replicas is not None else sorted({n // s, *([1] if stages is not None else [])})):
@@ -295,7 +318,7 @@ def _configurations(table: LayerTable, cluster: Cluster, stages: int | None, rep
                     if schedule is not None and stages is not None and microbatches is not None:
                         raise
                     continue
-                if s * v > layers or (name == "interleaved-1f1b" and s < 2):
+                if s * v > table.max_chunks or (name == "interleaved-1f1b" and s < 2):
                     continue
                 for place in ([layout] if layout is not None else list(LAYOUTS) if d > 1 and s > 1
                               else [LAYOUTS[0]]):
@@ -306,7 +329,7 @@ def _configurations(table: LayerTable, cluster: Cluster, stages: int | None, rep
     return found
 
 
-def _check_fixed(n: int, layers: int, batch: int | None, stages: int | None, replicas: int | None,
+def _check_fixed(n: int, layers: int, max_chunks: int, batch: int | None, stages: int | None, replicas: int | None,
                  microbatches: int | None, schedule: str | None, virtual_stages: int | None,
                  split: str | Sequence[int] | None, layout: str | None) -> None:
     """``ValueError`` naming a fixed decision out of range."""
@@ -317,9 +340,10 @@ def _check_fixed(n: int, layers: int, batch: int | None, stages: int | None, rep
     if (stages or 1) * (replicas or 1) > n:
         raise ValueError(f"{stages or 1} stages x {replicas or 1} replicas = {(stages or 1) * (replicas or 1)} "
                          f"devices; the cluster has {n}")
-    if stages is not None and stages * (virtual_stages or 1) > layers:
-        raise ValueError(f"{stages} stages x {virtual_stages or 1} virtual stages need as many layers; the graph "
-                         f"has {layers}")
+    if stages is not None and stages * (virtual_stages or 1) > max_chunks:
+        raise ValueError(f"{stages} stages x {virtual_stages or 1} virtual stages need as many chunks; the graph's "
+                         f"{layers} layers make at most {max_chunks} (a chunk ends before, between or after its "
+                         "blocks)")
     if schedule is not None and schedule not in PLAN_SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(PLAN_SCHEDULES)}")
     if microbatches is not None and batch is not None and batch % ((replicas or 1) * microbatches):
@@ -457,13 +481,12 @@ def _cut(table: LayerTable, cluster: Cluster, name: str, k: int, s: int, d: int,
     """Chunk boundaries ``(0, ..., layers)`` of ``k`` chunks by ``name`` (None when none fits memory)."""
     layers = len(table)
     if name == "uniform":
-        size, extra = divmod(layers, k)
-        return tuple(c * size + min(c, extra) for c in range(k + 1))
+        return table.uniform_cut(k)
     pre = table.prefix
     if name == "parameters":
         weight = pre["parameter_bytes"]
         return _bottleneck_cut(layers, k, lambda c, a: weight[a + 1:] - weight[a],
-                               lambda c, a: np.ones(layers - a, dtype=bool))
+                               lambda c, a: np.ones(layers - a, dtype=bool), table.allowed)
     q = 1.0 / (d * m)
 
     def per_micro_batch(name: str) -> np.ndarray:
@@ -497,14 +520,18 @@ def _cut(table: LayerTable, cluster: Cluster, name: str, k: int, s: int, d: int,
         need = again if recompute else plain if recompute is False else np.minimum(plain, again)
         return need <= memory
 
-    return _bottleneck_cut(layers, k, seconds, fits)
+    return _bottleneck_cut(layers, k, seconds, fits, table.allowed)
 
 
-def _bottleneck_cut(layers: int, k: int, cost, fits) -> tuple[int, ...] | None:
+def _bottleneck_cut(layers: int, k: int, cost, fits, allowed: np.ndarray | None = None) -> tuple[int, ...] | None:
     """The boundaries of ``k`` contiguous chunks of ``layers`` layers whose largest cost is least, each chunk
     fitting: ``cost(c, a)`` and ``fits(c, a)`` give, for chunk ``c`` beginning at layer ``a``, a value for each
-    end ``b = a + 1 .. layers`` (arrays). A binary search over that cost, each probe packing chunks greedily (the
-    longest that fits, in order; optimal for costs that grow with a chunk). None when no cut fits."""
+    end ``b = a + 1 .. layers`` (arrays); ``allowed[b]`` (``layers + 1`` entries, default all) says where a chunk
+    may end. A binary search over that cost, each probe packing chunks greedily (the longest that fits, in order;
+    optimal for costs that grow with a chunk). None when no cut fits."""
+    if allowed is None:
+        allowed = np.ones(layers + 1, dtype=bool)
+    ends_at = np.flatnonzero(allowed[1:]) + 1  # where a chunk may end, the last at ``layers``
     known: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def ends(c: int, a: int) -> tuple[np.ndarray, np.ndarray]:  # the same for every probe: computed once
@@ -515,20 +542,24 @@ def _bottleneck_cut(layers: int, k: int, cost, fits) -> tuple[int, ...] | None:
     def pack(limit: float) -> tuple[int, ...] | None:
         parts, a = [0], 0
         for c in range(k):
-            left = k - c - 1  # chunks still to come, each at least one layer
-            room = layers - left - a  # the most layers this chunk may take
+            left = k - c - 1  # chunks still to come, each ending at a place of its own
+            if ends_at.size - 1 - left < 0:
+                return None
+            room = int(ends_at[ends_at.size - 1 - left]) - a  # the most layers this chunk may take
             if room < 1:
                 return None
             time_of, fitting = ends(c, a)
             ok = (time_of[:room] <= limit) & fitting[:room]
             if c == k - 1:
-                if not ok[room - 1] or not ok.all():
+                if not ok.all():
                     return None
                 take = room
             else:
-                take = room if ok.all() else int(np.argmin(ok))
-                if take == 0:
+                run = room if ok.all() else int(np.argmin(ok))
+                places = np.flatnonzero(allowed[a + 1:a + run + 1])
+                if places.size == 0:
                     return None
+                take = int(places[-1]) + 1
             a += take
             parts.append(a)
         return tuple(parts) if a == layers else None
