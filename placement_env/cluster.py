@@ -224,6 +224,32 @@ class Cluster:
         return cls(cluster.devices, bandwidth, latency, name=f"{m // k}x{k}x{kind}")
 
     @classmethod
+    def of_nodes(cls, nodes: Sequence[tuple[str, int]]) -> Cluster:
+        """Nodes of possibly different kinds, ``[(kind, devices), ...]`` (devices numbered node by node): within a
+        node its kind's link, between two nodes the slower of their networks shared by each node's devices (as
+        :meth:`preset` with ``per_node``, which ``of_nodes([(kind, k)] * n)`` equals).
+
+        Raises:
+            ValueError: an unknown kind or a node of fewer than one device (naming it), no node.
+        """
+        if not nodes:
+            raise ValueError("a cluster needs at least one node")
+        kinds, node_of = [], []
+        for i, (kind, count) in enumerate(nodes):
+            checked_count(f"node {i}'s devices", count)
+            kinds += [kind] * count
+            node_of += [i] * count
+        cluster = cls.heterogeneous(kinds)
+        node = np.array(node_of)
+        share = np.array([DEVICE_KINDS[kind].node_network / count for kind, count in nodes])
+        across = node[:, None] != node[None, :]
+        bandwidth = np.where(across, np.minimum.outer(share[node], share[node]), cluster.bandwidth)
+        wait = np.array([DEVICE_KINDS[kind].network_latency for kind, _ in nodes])
+        latency = np.where(across, np.maximum.outer(wait[node], wait[node]), cluster.latency)
+        name = "+".join(f"{count}x{kind}" for kind, count in nodes)
+        return cls(cluster.devices, bandwidth, latency, name=name)
+
+    @classmethod
     def heterogeneous(cls, kinds: Sequence[str]) -> Cluster:
         """One device per named kind; a link runs at the slower of its two ends' link figures."""
         if isinstance(kinds, str):

@@ -185,3 +185,20 @@ def test_more_devices_than_a_cluster_may_have_is_one_error_and_a_device_index_is
     path.write_text(json.dumps([2**63] + [0] * (g.num_nodes - 1)))
     with pytest.raises(ValueError, match=r"must be an integer from 0 to 4095, got 9223372036854775808"):
         read_placement(path, g)
+
+
+def test_nodes_of_several_kinds():
+    same = Cluster.of_nodes([("a100-nvlink", 4)] * 3)
+    preset = Cluster.preset("a100-nvlink", 12, per_node=4)
+    assert np.array_equal(same.bandwidth, preset.bandwidth) and np.array_equal(same.latency, preset.latency)
+    mixed = Cluster.of_nodes([("a100-nvlink", 8), ("v100-nvlink", 4)])
+    a100, v100 = DEVICE_KINDS["a100-nvlink"], DEVICE_KINDS["v100-nvlink"]
+    assert mixed.num_devices == 12 and mixed.memory[0] == a100.memory_bytes and mixed.memory[8] == v100.memory_bytes
+    assert mixed.bandwidth[0, 1] == a100.bandwidth and mixed.bandwidth[8, 9] == v100.bandwidth
+    # across the two nodes: the slower of the networks, each shared by its node's devices
+    assert mixed.bandwidth[0, 8] == mixed.bandwidth[8, 0] == min(a100.node_network / 8, v100.node_network / 4)
+    assert mixed.latency[0, 8] == max(a100.network_latency, v100.network_latency)
+    with pytest.raises(ValueError, match="node 1's devices"):
+        Cluster.of_nodes([("a100-nvlink", 8), ("v100-nvlink", 0)])
+    with pytest.raises(ValueError, match="unknown device kind 'tpu'"):
+        Cluster.of_nodes([("tpu", 8)])

@@ -211,7 +211,7 @@ def plan_pipeline(graph: ComputationGraph, cluster: Cluster, *, stages: int | No
             length), or no configuration that fits in memory (the closest is named).
     """
     began = time.perf_counter()
-    table = LayerTable(graph, layer_sequence(graph), batch, block_layers(graph))
+    table = _layer_table(graph, batch)
     n, layers = cluster.num_devices, len(table)
     configs = _configurations(table, cluster, stages, replicas, microbatches, schedule, virtual_stages, recompute,
                               split, layout, param_factor)
@@ -248,6 +248,15 @@ def plan_pipeline(graph: ComputationGraph, cluster: Cluster, *, stages: int | No
     plan = _plan(graph, cluster, table, config, exact, step, param_factor)
     return PlannedPipeline(plan, step, work / float(np.sum(cluster.speed)), len(configs), tried,
                            time.perf_counter() - began, config.split, config.layout)
+
+
+def _layer_table(graph: ComputationGraph, batch: int | None) -> LayerTable:
+    """The graph's :class:`LayerTable` for ``batch``, kept with the graph (many plans of one graph share it)."""
+    key = ("layer_table", batch)
+    if key not in graph.derived:
+        graph.derived[key] = LayerTable(graph, layer_sequence(graph), batch, block_layers(graph))
+    table: LayerTable = graph.derived[key]
+    return table
 
 
 def _to_simulate(configs: list[_Config], simulated: int) -> list[_Config]:
