@@ -39,6 +39,7 @@ def test_the_greedy_bottleneck_cut_is_the_brute_force_optimum(seed):
     if best is None:
         assert found is None
     else:
+        assert found is not None
         value = max((prefix[b] - prefix[a]) / speed[c] for c, (a, b) in enumerate(zip(found, found[1:])))
         assert value == pytest.approx(best, rel=1e-3)
 

@@ -252,7 +252,7 @@ def plan_pipeline(graph: ComputationGraph, cluster: Cluster, *, stages: int | No
 
 def _layer_table(graph: ComputationGraph, batch: int | None) -> LayerTable:
     """The graph's :class:`LayerTable` for ``batch``, kept with the graph (many plans of one graph share it)."""
-    key = ("layer_table", batch)
+    key = f"layer_table:{batch}"
     if key not in graph.derived:
         graph.derived[key] = LayerTable(graph, layer_sequence(graph), batch, block_layers(graph))
     table: LayerTable = graph.derived[key]
