@@ -25,25 +25,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-# this folder holds a transformers.py of its own: it goes last, behind the package of that name (which the local
-# workers import to unpickle a Hugging Face model), and still serves machine and placed_module_speed
-HERE = str(Path(__file__).resolve().parent)
-sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != HERE] + [HERE]
+import numpy as np
+import torch
+from machine import machine_line
+from placed_module_speed import ResidualCNN
+from torch import nn
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from machine import machine_line  # noqa: E402
-from placed_module_speed import ResidualCNN  # noqa: E402
-from torch import nn  # noqa: E402
-
-from baselines.placers import place  # noqa: E402
-from placement_env import from_torch, simulate  # noqa: E402
-from placement_env.graph.model import ComputationGraph, Node  # noqa: E402
-from placement_env.graph.training import to_training_graph  # noqa: E402
-from placement_env.runtime.local_cluster import local_cluster  # noqa: E402
-from placement_env.runtime.measured_step import measure_step  # noqa: E402
+from baselines.placers import place
+from placement_env import from_torch, simulate
+from placement_env.graph.model import ComputationGraph, Node
+from placement_env.graph.training import to_training_graph
+from placement_env.runtime.local_cluster import local_cluster
+from placement_env.runtime.measured_step import measure_step
 
 PLACERS = ("single", "split", "m-etf", "heft", "m-topo", "anneal", "random", "round-robin")
 

@@ -30,23 +30,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-# this folder holds a transformers.py of its own: it goes last, behind the package of that name (which the stage
-# processes import to unpickle a model), and still serves fidelity, machine and placed_module_speed
-HERE = str(Path(__file__).resolve().parent)
-sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != HERE] + [HERE]
+import numpy as np
+import torch
+from fidelity import fastest_costs, spearman
+from machine import machine_line
+from placed_module_speed import ResidualCNN
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from fidelity import fastest_costs, spearman  # noqa: E402
-from machine import machine_line  # noqa: E402
-from placed_module_speed import ResidualCNN  # noqa: E402
-
-from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS, search_placers  # noqa: E402
-from placement_env import from_torch  # noqa: E402
-from placement_env.plan.pipeline_plan import pipeline_plan  # noqa: E402
-from placement_env.runtime.local_cluster import local_cluster  # noqa: E402
-from placement_env.runtime.pipeline_runner import run_pipeline  # noqa: E402
-from placement_env.sim.pipeline import Step  # noqa: E402
+from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS, search_placers
+from placement_env import from_torch
+from placement_env.plan.pipeline_plan import pipeline_plan
+from placement_env.runtime.local_cluster import local_cluster
+from placement_env.runtime.pipeline_runner import run_pipeline
+from placement_env.sim.pipeline import Step
 
 PLACERS = ("deepspeed-uniform", "deepspeed-parameters", "split", "anneal")
 STEPS = [(m, s) for m in (4, 8) for s in ("gpipe", "1f1b")]

@@ -10,8 +10,7 @@ import torch
 from placement_env import Cluster, from_torch, load_graph, load_suite, simulate
 from placement_env.zoo.registry import REAL_MODELS
 
-# appended, not first: benchmarks/transformers.py must not shadow the transformers package for the whole session
-# (the pipeline runner's spawned workers import it to unpickle a model)
+# the benchmarks' helpers (machine, placed_module_speed), after the installed packages
 sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 

@@ -115,7 +115,7 @@ def test_the_transformer_tables_cache_serves_a_row_only_for_the_settings_it_was_
     import json
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "transformers.py"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "transformer_placers.py"
     spec = importlib.util.spec_from_file_location("transformers_tables", path)
     tables = importlib.util.module_from_spec(spec)
     monkeypatch.syspath_prepend(str(path.parent))

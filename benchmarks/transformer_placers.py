@@ -1,6 +1,6 @@
 """The transformer tables of RESULTS.md: every placer on the zoo's transformers, one step and pipelined.
 
-    python benchmarks/transformers.py --out experiments/transformers.md     # resumes from experiments/transformers/
+    python benchmarks/transformer_placers.py --out experiments/transformers.md  # resumes from experiments/transformers/
 
 Three tables:
 
@@ -136,7 +136,7 @@ def main() -> int:
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     text = [f"Simulated step (ms) of each placer, the best of a row in bold; searches {args.budget_seconds:g} s "
-            "each; `python benchmarks/transformers.py`.", ""]
+            "each; `python benchmarks/transformer_placers.py`.", ""]
     for title, cluster in clusters().items():
         rows = []
         for model in args.models:
