@@ -239,3 +239,20 @@ def test_the_compiled_loop_gives_the_reference_s_results(seed):
     assert fast.seconds == slow.seconds and fast.compute_seconds == slow.compute_seconds
     assert np.array_equal(fast.peak_memory, slow.peak_memory) and np.array_equal(fast.busy, slow.busy)
     assert fast.reductions == slow.reductions and fast.schedule == slow.schedule
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert-base"])
+def test_the_layer_table_gives_chunk_costs_of_any_cut(name):
+    from placement_env.plan.layers import layer_table
+    from placement_env.plan.module_tree import layer_sequence
+
+    g = load_graph(name)
+    layers = layer_sequence(g)
+    table = layer_table(g, layers)
+    rng = np.random.default_rng(0)
+    for k in (1, 2, 5):
+        parts = [0, *sorted(rng.choice(np.arange(1, len(layers)), k - 1, replace=False).tolist()), len(layers)]
+        fast, exact = table.chunks(parts), chunk_costs(g, placement_of_layers(g, layers, parts))
+        for field in ("forward", "forward_fixed", "backward_input", "backward_weight", "update", "parameter_bytes",
+                      "saved_bytes", "boundary_bytes", "input_bytes"):
+            np.testing.assert_allclose(getattr(fast, field), getattr(exact, field), rtol=1e-9, err_msg=field)

@@ -67,8 +67,8 @@ class ChunkCosts:
         saved_bytes: the forward outputs a backward op reads (kept from a micro-batch's forward to its backward).
         boundary_bytes: the tensors produced in chunks ``0..c`` and read by the forward of chunks after ``c``
             (what chunk ``c`` sends to chunk ``c + 1``, and the gradient sent back); the last entry is 0.
-        input_bytes: the tensors a chunk's forward reads from earlier chunks (the first chunk: the model's
-            inputs): what a recomputing chunk keeps of a micro-batch.
+        input_bytes: what a chunk receives, the boundary before it (the first chunk: the model's inputs): what
+            a recomputing chunk keeps of a micro-batch.
         batch: the graph's batch (None when it records none).
     """
 
@@ -153,17 +153,13 @@ def chunk_costs(graph: ComputationGraph, chunk_of: np.ndarray) -> ChunkCosts:
     crossing = forward[src] & forward[dst] & ~is_parameter[src]
     np.maximum.at(last_reader, src[crossing], chunk_of[dst[crossing]])
     boundary_delta = np.zeros(k + 1)
-    input_bytes = np.zeros(k)
     for u in np.flatnonzero(last_reader > chunk_of):
         a, b = int(chunk_of[u]), int(last_reader[u])
         boundary_delta[a] += graph.output_bytes[u]
         boundary_delta[b] -= graph.output_bytes[u]
-    for s, d in {(int(s), int(chunk_of[d])) for s, d in zip(src[crossing].tolist(), dst[crossing].tolist())
-                 if chunk_of[d] > chunk_of[s]}:
-        input_bytes[d] += graph.output_bytes[s]
+    boundary = np.cumsum(boundary_delta)[:k]
     inputs = np.array([node.op == "input" for node in graph.nodes])
-    if k:
-        input_bytes[0] += graph.output_bytes[inputs & (chunk_of == 0)].sum()
+    input_bytes = np.concatenate([[graph.output_bytes[inputs & (chunk_of == 0)].sum()], boundary[:-1]])[:k]
     return ChunkCosts(
         forward=by_chunk(cost, forward), forward_fixed=by_chunk(fixed, forward),
         backward_input=by_chunk(cost * (1 - weight_share), backward),
@@ -171,8 +167,102 @@ def chunk_costs(graph: ComputationGraph, chunk_of: np.ndarray) -> ChunkCosts:
         backward_weight=by_chunk(cost * weight_share, backward),
         backward_weight_fixed=by_chunk(fixed * weight_share, backward),
         update=by_chunk(cost, update), parameter_bytes=parameter_bytes,
-        saved_bytes=by_chunk(graph.output_bytes, saved), boundary_bytes=np.cumsum(boundary_delta)[:k],
-        input_bytes=input_bytes, batch=graph.batch)
+        saved_bytes=by_chunk(graph.output_bytes, saved), boundary_bytes=boundary, input_bytes=input_bytes,
+        batch=graph.batch)
 
 
-__all__ = ["WEIGHT_GRADIENT_SHARE", "ChunkCosts", "chunk_costs", "placement_of_layers", "placement_of_modules"]
+class LayerTable:
+    """A graph's layers and what any run of them costs: :meth:`chunks` gives the :class:`ChunkCosts` of any cut
+    into chunks from per-layer sums (a parameter read by several layers of a chunk counted once), equal to
+    :func:`chunk_costs` of that cut (``tests/test_plan_step.py``), in microseconds rather than a pass over the
+    graph's ops. Built by :func:`layer_table`, kept with the graph."""
+
+    def __init__(self, graph: ComputationGraph, layers: Sequence[str], batch: int | None = None,
+                 blocks: Sequence[str] = ()) -> None:
+        self.graph, self.layers, self.batch = graph, list(layers), batch
+        # where a chunk may end: before the first block, between blocks, after the last block (the layers before
+        # and after the blocks stay together, as Megatron-LM keeps its embedding and its loss); anywhere without
+        # blocks
+        at = [i for i, layer in enumerate(self.layers) if layer in set(blocks)]
+        self.allowed = np.ones(len(self.layers) + 1, dtype=bool)
+        self.first_block, self.blocks = (at[0], len(at)) if at else (0, len(self.layers))
+        if at:
+            self.allowed[:] = False
+            self.allowed[[*at, at[-1] + 1, len(self.layers)]] = True
+        self.allowed[0] = False
+        self.max_chunks = int(self.allowed.sum())
+        self.layer_of = placement_of_layers(graph, self.layers, list(range(len(self.layers) + 1)))
+        self.costs = self.exact(self.layer_of)
+        c = self.costs
+        self.prefix = {name: np.concatenate([[0.0], np.cumsum(getattr(c, name))]) for name in
+                       ("forward", "forward_fixed", "backward_input", "backward_input_fixed", "backward_weight",
+                        "backward_weight_fixed", "update", "parameter_bytes", "saved_bytes")}
+        # parameters read by several layers: counted once in a run holding several of their readers
+        self.cuts: dict[tuple, tuple[int, ...] | None] = {}  # the cuts found, by what they depend on
+        self.shared: list[tuple[float, np.ndarray]] = []
+        readers: dict[int, set[int]] = {}
+        forward = np.array([node.phase in (None, "forward") for node in graph.nodes])
+        for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
+            if graph.nodes[s].op == "parameter" and forward[d]:
+                readers.setdefault(s, set()).add(int(self.layer_of[d]))
+        for s, chunks in readers.items():
+            if len(chunks) > 1:
+                self.shared.append((float(graph.param_bytes[s]), np.array(sorted(chunks))))
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def uniform_cut(self, k: int) -> tuple[int, ...] | None:
+        """Megatron-LM's default split: the blocks as evenly as can be (the first ``blocks % k`` chunks one more),
+        the layers before them in the first chunk and those after in the last (without blocks: all layers so);
+        None for more chunks than blocks."""
+        if k > self.blocks:
+            return None
+        size, extra = divmod(self.blocks, k)
+        cuts = [self.first_block + c * size + min(c, extra) for c in range(1, k)]
+        return (0, *cuts, len(self.layers))
+
+    def exact(self, chunk_of: np.ndarray) -> ChunkCosts:
+        """:func:`chunk_costs` of the graph cut so, for the table's batch."""
+        costs = chunk_costs(self.graph, chunk_of)
+        return costs if self.batch is None or self.batch == costs.batch else costs.with_batch(self.batch)
+
+    def run(self, name: str, a: int, b: int) -> float:
+        """The sum of ``name`` over layers ``a .. b-1``."""
+        return float(self.prefix[name][b] - self.prefix[name][a])
+
+    def parameters(self, a: int, b: int) -> float:
+        total = self.run("parameter_bytes", a, b)
+        for nbytes, chunks in self.shared:
+            inside = int(((chunks >= a) & (chunks < b)).sum())
+            if inside > 1:
+                total -= nbytes * (inside - 1)
+        return total
+
+    def chunks(self, parts: Sequence[int]) -> ChunkCosts:
+        """The :class:`ChunkCosts` of the chunks ``layers[parts[c]:parts[c + 1]]``."""
+        runs = list(zip(parts[:-1], parts[1:]))
+        column = {name: np.array([self.run(name, a, b) for a, b in runs]) for name in self.prefix}
+        column["parameter_bytes"] = np.array([self.parameters(a, b) for a, b in runs])
+        boundary = self.costs.boundary_bytes
+        crossing = np.array([boundary[b - 1] if b < len(self) else 0.0 for _, b in runs])
+        inputs = np.array([self.costs.input_bytes[0] if a == 0 else boundary[a - 1] for a, _ in runs])
+        return ChunkCosts(column["forward"], column["forward_fixed"], column["backward_input"],
+                          column["backward_input_fixed"], column["backward_weight"], column["backward_weight_fixed"],
+                          column["update"], column["parameter_bytes"], column["saved_bytes"], crossing, inputs,
+                          self.costs.batch)
+
+
+def layer_table(graph: ComputationGraph, layers: Sequence[str], batch: int | None = None,
+                blocks: Sequence[str] = ()) -> LayerTable:
+    """The :class:`LayerTable` of ``graph`` cut into ``layers`` for ``batch``, kept with the graph (the plans of
+    one graph share it)."""
+    key = f"layer_table:{batch}:{hash((tuple(layers), tuple(blocks)))}"
+    if key not in graph.derived:
+        graph.derived[key] = LayerTable(graph, layers, batch, blocks)
+    table: LayerTable = graph.derived[key]
+    return table
+
+
+__all__ = ["WEIGHT_GRADIENT_SHARE", "ChunkCosts", "LayerTable", "chunk_costs", "layer_table", "placement_of_layers",
+           "placement_of_modules"]

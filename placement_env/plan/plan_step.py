@@ -19,11 +19,11 @@ from placement_env.cluster import Cluster
 from placement_env.graph.io import graph_digest
 from placement_env.graph.model import ComputationGraph
 
-from .layers import ChunkCosts, chunk_costs, placement_of_layers
+from .layers import ChunkCosts, layer_table
 from .pipeline_plan import PipelinePlan
 from .plan_kernel import simulate_replica_kernel
 from .plan_reference import simulate_replica_reference
-from .schedules import SPLIT_BACKWARD, Task, checked_plan_schedule, rank_sequences
+from .schedules import SPLIT_BACKWARD, checked_plan_schedule, sequence_arrays
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def simulate_layout(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, tra
     """
     s_, d_, v, m = layout.ranks, layout.replicas, layout.virtual_stages, layout.microbatches
     check_layout(costs, layout, cluster)
-    orders = rank_sequences(layout.schedule, s_, v, m)
+    orders = sequence_arrays(layout.schedule, s_, v, m)
     q = 1.0 / (d_ * m)
     replicas: dict[tuple, _Replica] = {}
     of_replica = []
@@ -192,8 +192,7 @@ def plan_chunks(graph: ComputationGraph, plan: PipelinePlan) -> ChunkCosts:
     if plan.graph_digest != graph_digest(graph):
         raise ValueError(f"the plan was made for graph {plan.graph!r} (digest {plan.graph_digest[:12]}), not for "
                          f"graph {graph.name!r} (digest {graph_digest(graph)[:12]})")
-    costs = chunk_costs(graph, placement_of_layers(graph, plan.layers, plan.parts))
-    return costs if plan.batch is None or plan.batch == costs.batch else costs.with_batch(plan.batch)
+    return layer_table(graph, plan.layers, plan.batch).chunks(plan.parts)
 
 
 def simulate_plan(graph: ComputationGraph, plan: PipelinePlan, cluster: Cluster, trace: bool = False) -> PlanStep:
@@ -279,7 +278,7 @@ class ReplicaInputs:
 
 
 def replica_inputs(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, devices: list[int],
-                   sequences: list[list[Task]], q: float) -> ReplicaInputs:
+                   sequences: tuple[np.ndarray, np.ndarray, np.ndarray], q: float) -> ReplicaInputs:
     """The :class:`ReplicaInputs` of a replica on ``devices`` (section 3b's Tasks)."""
     s_, k_ = len(devices), costs.num_chunks
     split = layout.schedule in SPLIT_BACKWARD
@@ -296,10 +295,7 @@ def replica_inputs(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, devi
         b_time = b_time + w_time
     recompute = np.array([layout.recomputes(c % s_) for c in range(k_)], dtype=bool)
     b_time = b_time + np.where(recompute, f_time, 0.0)
-    codes = {"F": 0, "B": 1, "W": 2}
-    kind = np.array([[codes[t[0]] for t in seq] for seq in sequences], dtype=np.int64)
-    chunk = np.array([[t[1] for t in seq] for seq in sequences], dtype=np.int64)
-    micro = np.array([[t[2] for t in seq] for seq in sequences], dtype=np.int64)
+    kind, chunk, micro = sequences
     return ReplicaInputs(kind, chunk, micro, dev, f_time, b_time, w_time, np.ceil(q * costs.boundary_bytes),
                          np.ceil(q * costs.saved_bytes), np.ceil(q * costs.input_bytes), recompute,
                          np.ascontiguousarray(cluster.latency[np.ix_(dev, dev)]),
@@ -307,7 +303,8 @@ def replica_inputs(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, devi
 
 
 def _simulate_replica(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, devices: list[int],
-                      sequences: list[list[Task]], q: float, reference: bool, trace: bool) -> _Replica:
+                      sequences: tuple[np.ndarray, np.ndarray, np.ndarray], q: float, reference: bool,
+                      trace: bool) -> _Replica:
     """One replica's tasks and transfers, event by event (section 3b's Tasks, Devices and Events): the compiled
     loop, or with ``reference`` the plain one."""
     inputs = replica_inputs(costs, layout, cluster, devices, sequences, q)

@@ -37,7 +37,7 @@ from placement_env.graph.io import graph_digest
 from placement_env.graph.model import ComputationGraph
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
 
-from .layers import ChunkCosts, chunk_costs, placement_of_layers
+from .layers import ChunkCosts, LayerTable, layer_table, placement_of_layers
 from .module_tree import block_layers, layer_sequence
 from .pipeline_plan import PipelinePlan, PlanStage, TiedGroup
 from .plan_step import PlanLayout, PlanStep, simulate_layout
@@ -98,86 +98,6 @@ class _Config:
     estimate: float
 
 
-class LayerTable:
-    """The graph's layers and what any run of them costs (module docstring, step 1)."""
-
-    def __init__(self, graph: ComputationGraph, layers: Sequence[str], batch: int | None = None,
-                 blocks: Sequence[str] = ()) -> None:
-        self.graph, self.layers, self.batch = graph, list(layers), batch
-        # where a chunk may end: before the first block, between blocks, after the last block (the layers before
-        # and after the blocks stay together, as Megatron-LM keeps its embedding and its loss); anywhere without
-        # blocks
-        at = [i for i, layer in enumerate(self.layers) if layer in set(blocks)]
-        self.allowed = np.ones(len(self.layers) + 1, dtype=bool)
-        self.first_block, self.blocks = (at[0], len(at)) if at else (0, len(self.layers))
-        if at:
-            self.allowed[:] = False
-            self.allowed[[*at, at[-1] + 1, len(self.layers)]] = True
-        self.allowed[0] = False
-        self.max_chunks = int(self.allowed.sum())
-        self.chunk_of = placement_of_layers(graph, self.layers, list(range(len(self.layers) + 1)))
-        self.costs = self.exact(self.chunk_of)
-        c = self.costs
-        self.prefix = {name: np.concatenate([[0.0], np.cumsum(getattr(c, name))]) for name in
-                       ("forward", "forward_fixed", "backward_input", "backward_input_fixed", "backward_weight",
-                        "backward_weight_fixed", "update", "parameter_bytes", "saved_bytes")}
-        # parameters read by several layers: counted once in a run holding several of their readers
-        self.cuts: dict[tuple, tuple[int, ...] | None] = {}  # the cuts found, by what they depend on
-        self.shared: list[tuple[float, np.ndarray]] = []
-        readers: dict[int, set[int]] = {}
-        forward = np.array([node.phase in (None, "forward") for node in graph.nodes])
-        for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
-            if graph.nodes[s].op == "parameter" and forward[d]:
-                readers.setdefault(s, set()).add(int(self.chunk_of[d]))
-        for s, chunks in readers.items():
-            if len(chunks) > 1:
-                self.shared.append((float(graph.param_bytes[s]), np.array(sorted(chunks))))
-
-    def __len__(self) -> int:
-        return len(self.layers)
-
-    def uniform_cut(self, k: int) -> tuple[int, ...] | None:
-        """Megatron-LM's default split: the blocks as evenly as can be (the first ``blocks % k`` chunks one more),
-        the layers before them in the first chunk and those after in the last (without blocks: all layers so);
-        None for more chunks than blocks."""
-        if k > self.blocks:
-            return None
-        size, extra = divmod(self.blocks, k)
-        cuts = [self.first_block + c * size + min(c, extra) for c in range(1, k)]
-        return (0, *cuts, len(self.layers))
-
-    def exact(self, chunk_of: np.ndarray) -> ChunkCosts:
-        """:func:`chunk_costs` of the graph cut so, for the table's batch."""
-        costs = chunk_costs(self.graph, chunk_of)
-        return costs if self.batch is None or self.batch == costs.batch else costs.with_batch(self.batch)
-
-    def run(self, name: str, a: int, b: int) -> float:
-        """The sum of ``name`` over layers ``a .. b-1``."""
-        return float(self.prefix[name][b] - self.prefix[name][a])
-
-    def parameters(self, a: int, b: int) -> float:
-        total = self.run("parameter_bytes", a, b)
-        for nbytes, chunks in self.shared:
-            inside = int(((chunks >= a) & (chunks < b)).sum())
-            if inside > 1:
-                total -= nbytes * (inside - 1)
-        return total
-
-    def chunks(self, parts: Sequence[int]) -> ChunkCosts:
-        """The :class:`ChunkCosts` of the chunks ``layers[parts[c]:parts[c + 1]]``."""
-        runs = list(zip(parts[:-1], parts[1:]))
-        column = {name: np.array([self.run(name, a, b) for a, b in runs]) for name in self.prefix}
-        column["parameter_bytes"] = np.array([self.parameters(a, b) for a, b in runs])
-        boundary = self.costs.boundary_bytes
-        ends = np.array([b for _, b in runs])
-        crossing = np.where(ends < len(self), boundary[np.minimum(ends, len(self)) - 1], 0.0)
-        inputs = np.array([self.costs.input_bytes[0] if a == 0 else boundary[a - 1] for a, _ in runs])
-        return ChunkCosts(column["forward"], column["forward_fixed"], column["backward_input"],
-                          column["backward_input_fixed"], column["backward_weight"], column["backward_weight_fixed"],
-                          column["update"], column["parameter_bytes"], column["saved_bytes"], crossing, inputs,
-                          self.costs.batch)
-
-
 def plan_pipeline(graph: ComputationGraph, cluster: Cluster, *, stages: int | None = None,
                   replicas: int | None = None, microbatches: int | None = None, schedule: str | None = None,
                   virtual_stages: int | None = None, recompute: bool | None = None,
@@ -211,7 +131,7 @@ def plan_pipeline(graph: ComputationGraph, cluster: Cluster, *, stages: int | No
             length), or no configuration that fits in memory (the closest is named).
     """
     began = time.perf_counter()
-    table = _layer_table(graph, batch)
+    table = layer_table(graph, layer_sequence(graph), batch, block_layers(graph))
     n, layers = cluster.num_devices, len(table)
     configs = _configurations(table, cluster, stages, replicas, microbatches, schedule, virtual_stages, recompute,
                               split, layout, param_factor)
@@ -242,21 +162,12 @@ def plan_pipeline(graph: ComputationGraph, cluster: Cluster, *, stages: int | No
                          f"({config.ranks} stages x {config.replicas} replicas, {config.microbatches} micro-batches, "
                          f"{config.schedule}) needs {over / 2**30:.2f} GiB more on a device")
     _, config, _ = best
-    exact = table.exact(placement_of_layers(graph, table.layers, list(config.parts)))
+    exact = table.chunks(config.parts)  # as simulate_plan reads the plan: the same step to the last bit
     step = simulate_layout(exact, _layout(config, table, param_factor), cluster)
     work = float(np.sum(table.costs.forward + table.costs.backward_input + table.costs.backward_weight))
     plan = _plan(graph, cluster, table, config, exact, step, param_factor)
     return PlannedPipeline(plan, step, work / float(np.sum(cluster.speed)), len(configs), tried,
                            time.perf_counter() - began, config.split, config.layout)
-
-
-def _layer_table(graph: ComputationGraph, batch: int | None) -> LayerTable:
-    """The graph's :class:`LayerTable` for ``batch``, kept with the graph (many plans of one graph share it)."""
-    key = f"layer_table:{batch}"
-    if key not in graph.derived:
-        graph.derived[key] = LayerTable(graph, layer_sequence(graph), batch, block_layers(graph))
-    table: LayerTable = graph.derived[key]
-    return table
 
 
 def _to_simulate(configs: list[_Config], simulated: int) -> list[_Config]:

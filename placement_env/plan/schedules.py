@@ -6,6 +6,10 @@ weights' gradients on their own) strictly in its sequence, each once it is ready
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
+
 PLAN_SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b", "zb-h1")
 """The schedules a plan may name (``1f1b`` first: the default)."""
 SPLIT_BACKWARD = ("zb-h1",)
@@ -32,6 +36,21 @@ def checked_plan_schedule(schedule: str, ranks: int, virtual_stages: int, microb
         raise ValueError(f"schedule {schedule} runs one chunk a rank, got {virtual_stages} virtual stages (use "
                          "interleaved-1f1b)")
     return schedule
+
+
+@functools.lru_cache(maxsize=256)
+def sequence_arrays(schedule: str, ranks: int, virtual_stages: int, microbatches: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`rank_sequences` as three read-only (S, n) int64 arrays: kind (0 F, 1 B, 2 W), chunk, micro-batch
+    (kept: a planner simulates many plans of one shape)."""
+    sequences = rank_sequences(schedule, ranks, virtual_stages, microbatches)
+    codes = {"F": 0, "B": 1, "W": 2}
+    arrays = (np.array([[codes[t[0]] for t in seq] for seq in sequences], dtype=np.int64),
+              np.array([[t[1] for t in seq] for seq in sequences], dtype=np.int64),
+              np.array([[t[2] for t in seq] for seq in sequences], dtype=np.int64))
+    for array in arrays:
+        array.setflags(write=False)
+    return arrays
 
 
 def rank_sequences(schedule: str, ranks: int, virtual_stages: int, microbatches: int) -> list[list[Task]]:
@@ -75,4 +94,4 @@ def rank_sequences(schedule: str, ranks: int, virtual_stages: int, microbatches:
     return sequences
 
 
-__all__ = ["PLAN_SCHEDULES", "SPLIT_BACKWARD", "Task", "checked_plan_schedule", "rank_sequences"]
+__all__ = ["PLAN_SCHEDULES", "SPLIT_BACKWARD", "Task", "checked_plan_schedule", "rank_sequences", "sequence_arrays"]
