@@ -6,8 +6,9 @@ nodes (issue 53's tables).
 For each model and cluster (N devices):
 
 * ``planner``: :func:`~placement_env.plan.planner.plan_pipeline` with every decision open, and its seconds;
-* ``hand grid``: the best of every S x D = N with Megatron-LM's uniform split, 1F1B and m in S x {1, 2, 4, 8}
-  (all of it simulated), recomputation where memory needs it;
+* ``hand grid``: the best of every S x D = N with Megatron-LM's uniform split, 1F1B and m in S x {1, 2, 4, 8},
+  a replica's stages on neighbouring devices or a stage's replicas (all of it simulated), recomputation where
+  memory needs it;
 * ``DeepSpeed uniform`` / ``DeepSpeed parameters``: DeepSpeed's ``partition_method`` over all the layers with D
   replicas, the best over the same S x D and m.
 
@@ -28,7 +29,7 @@ from machine import machine_line
 from baselines.runtime_defaults import partition_balanced, partition_uniform
 from placement_env import Cluster, load_graph
 from placement_env.plan.module_tree import layer_sequence
-from placement_env.plan.planner import PlannedPipeline, hand_plan, plan_pipeline
+from placement_env.plan.planner import LAYOUTS, PlannedPipeline, hand_plan, plan_pipeline
 from placement_env.zoo.registry import TRANSFORMERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,10 +53,12 @@ def grid(graph, cluster: Cluster, batch: int, split) -> PlannedPipeline | None:
     found = []
     for s in [s for s in range(1, n + 1) if n % s == 0]:
         for factor in FACTORS:
-            try:
-                found.append(hand_plan(graph, cluster, s, n // s, s * factor, split=split(s), batch=batch))
-            except ValueError:  # m x D does not divide the batch, more chunks than layers, or it does not fit
-                pass
+            for layout in LAYOUTS:  # Megatron-LM orders ranks with the stages outermost; either may be tried
+                try:
+                    found.append(hand_plan(graph, cluster, s, n // s, s * factor, split=split(s), layout=layout,
+                                           batch=batch))
+                except ValueError:  # m x D does not divide the batch, more chunks than layers, or it does not fit
+                    pass
     return best_of(found)
 
 

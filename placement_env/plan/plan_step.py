@@ -10,6 +10,7 @@ simulation of its tasks and transfers; replicas whose devices and links are alik
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +25,9 @@ from .pipeline_plan import PipelinePlan
 from .plan_kernel import simulate_replica_kernel
 from .plan_reference import simulate_replica_reference
 from .schedules import SPLIT_BACKWARD, checked_plan_schedule, sequence_arrays
+
+BUCKET_BYTES = 25 * 2**20
+"""Gradients are all-reduced in buckets of this many bytes (``DistributedDataParallel``'s ``bucket_cap_mb``)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class _Replica:
 
     last_end: np.ndarray  # per rank: its last task's end
     chunk_ready: np.ndarray  # per chunk: the end of its last backward (weight) task
+    chunk_started: np.ndarray  # per chunk: the start of that task
     activations: np.ndarray  # per rank: peak bytes of activations
     busy: np.ndarray  # per rank
     tasks: list[tuple[str, int, float, float]]  # (task, rank, start, end)
@@ -132,7 +137,8 @@ def simulate_layout(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, tra
     parameters = np.zeros(s_)
     for c in range(costs.num_chunks):
         parameters[c % s_] += costs.parameter_bytes[c]
-    # reductions: a chunk once every replica has ended its backward, one at a time per rank
+    # reductions: in buckets, each once every replica's last backward of its chunk has produced it, one bucket at
+    # a time per rank, chunks in the order they become ready
     ready = np.max([rep.chunk_ready for rep in of_replica], axis=0)
     reduced = np.max([rep.last_end for rep in of_replica], axis=0) if d_ == 1 else np.zeros(s_)
     reductions = []
@@ -140,9 +146,18 @@ def simulate_layout(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, tra
         for s in range(s_):
             free = 0.0
             for c in sorted(range(s, costs.num_chunks, s_), key=lambda c: (ready[c], c)):
-                start = max(float(ready[c]), free)
-                free = start + ring_seconds(float(costs.parameter_bytes[c]), layout.devices[s], cluster)
-                reductions.append((s, c, start, free))
+                nbytes = float(costs.parameter_bytes[c])
+                buckets = max(1, math.ceil(nbytes / BUCKET_BYTES))
+                first = None
+                for j in range(buckets):
+                    produced = min(1.0, (j + 1) * BUCKET_BYTES / nbytes) if nbytes > 0 else 1.0
+                    bucket_ready = max(float(rep.chunk_started[c] + (rep.chunk_ready[c] - rep.chunk_started[c])
+                                             * produced) for rep in of_replica)
+                    start = max(bucket_ready, free)
+                    first = start if first is None else first
+                    size = min(BUCKET_BYTES, nbytes - j * BUCKET_BYTES) if nbytes > 0 else 0.0
+                    free = start + ring_seconds(size, layout.devices[s], cluster)
+                reductions.append((s, c, float(first), free))
             reduced[s] = free
     tied_end = np.zeros(s_)
     for nbytes, ranks in layout.tied:
@@ -310,13 +325,20 @@ def _simulate_replica(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, d
     inputs = replica_inputs(costs, layout, cluster, devices, sequences, q)
     loop = simulate_replica_reference if reference else simulate_replica_kernel
     start, end, last_end, busy, chunk_ready, activations, stuck = loop(*inputs.arrays())
+    # the start of each chunk's last backward (weight) task: its gradients are produced from then to its end
+    last = (inputs.kind == (2 if inputs.split else 1))
+    chunk_started = np.zeros(len(chunk_ready))
+    for rank, i in zip(*np.nonzero(last)):
+        c = int(inputs.chunk[rank, i])
+        if end[rank, i] >= chunk_ready[c]:
+            chunk_started[c] = start[rank, i]
     if stuck >= 0:  # cannot happen for the schedules of section 3b; a guard against a wrong sequence
         raise RuntimeError(f"the schedule {layout.schedule} deadlocked on rank {stuck}")
     names = "FBW"
     tasks = [(f"{names[inputs.kind[s, i]]}{inputs.chunk[s, i]}@{inputs.micro[s, i]}", s, float(start[s, i]),
               float(end[s, i])) for s in range(len(devices)) for i in range(inputs.kind.shape[1])] if trace else []
-    return _Replica(last_end, chunk_ready, activations, busy, tasks)
+    return _Replica(last_end, chunk_ready, chunk_started, activations, busy, tasks)
 
 
-__all__ = ["PlanLayout", "PlanStep", "check_layout", "plan_chunks", "plan_layout", "ring_seconds", "simulate_layout",
-           "simulate_plan"]
+__all__ = ["BUCKET_BYTES", "PlanLayout", "PlanStep", "check_layout", "plan_chunks", "plan_layout", "ring_seconds",
+           "simulate_layout", "simulate_plan"]
