@@ -9,6 +9,7 @@ and the order modules first appear in (the order of the graph's ops, which is th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -108,9 +109,12 @@ class PlacedModules:
 
     def children(self, name: str) -> list[str]:
         """The modules one level below ``name`` that hold ops, in program order."""
-        depth = len(parents(name)) + 1
-        found = [m for m in self.first if m and len(parents(m)) == depth and (not name or m.startswith(f"{name}."))]
-        return sorted(found, key=lambda m: self.first[m])
+        if not hasattr(self, "_children"):  # every module's children, found once
+            below: dict[str, list[str]] = {}
+            for m in sorted((m for m in self.first if m), key=lambda m: self.first[m]):
+                below.setdefault(m.rpartition(".")[0], []).append(m)
+            self._children = below
+        return list(self._children.get(name, []))
 
     def devices_under(self, name: str) -> set[int]:
         """The devices of the ops of ``name`` and of every module below it (all ops with a module, for ``""``)."""
@@ -148,6 +152,14 @@ def block_layers(graph: ComputationGraph) -> list[str]:
 
 
 def _layers_and_blocks(graph: ComputationGraph) -> tuple[list[str], list[str]]:
+    """:func:`layer_sequence` and :func:`block_layers`, found once per graph (kept in ``graph.derived``)."""
+    cached = graph.derived.get("layers_and_blocks")
+    if cached is None:
+        cached = graph.derived["layers_and_blocks"] = _find_layers_and_blocks(graph)
+    return list(cached[0]), list(cached[1])
+
+
+def _find_layers_and_blocks(graph: ComputationGraph) -> tuple[list[str], list[str]]:
     placed = PlacedModules(graph, np.zeros(graph.num_nodes, dtype=np.int64))
     layers: list[str] = []
     blocks_found: list[str] = []
@@ -161,6 +173,7 @@ def _layers_and_blocks(graph: ComputationGraph) -> tuple[list[str], list[str]]:
         return len(children) >= 2 and bool(shape(children[0])) and all(shape(c) == shape(children[0])
                                                                         for c in children)
 
+    @functools.cache
     def holds_blocks(name: str) -> bool:
         return repeats_blocks(name) or any(holds_blocks(child) for child in placed.children(name))
 

@@ -148,16 +148,17 @@ def simulate_layout(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, tra
             for c in sorted(range(s, costs.num_chunks, s_), key=lambda c: (ready[c], c)):
                 nbytes = float(costs.parameter_bytes[c])
                 buckets = max(1, math.ceil(nbytes / BUCKET_BYTES))
-                first = None
+                produced = np.minimum(1.0, (np.arange(buckets) + 1) * BUCKET_BYTES / nbytes) if nbytes > 0 else \
+                    np.ones(1)
+                began = np.array([rep.chunk_started[c] for rep in of_replica])
+                took = np.array([rep.chunk_ready[c] - rep.chunk_started[c] for rep in of_replica])
+                bucket_ready = (began[:, None] + took[:, None] * produced[None, :]).max(axis=0)
+                full = ring_seconds(float(BUCKET_BYTES), layout.devices[s], cluster)
+                last = ring_seconds(nbytes - (buckets - 1) * BUCKET_BYTES, layout.devices[s], cluster)
+                first = max(float(bucket_ready[0]), free)
                 for j in range(buckets):
-                    produced = min(1.0, (j + 1) * BUCKET_BYTES / nbytes) if nbytes > 0 else 1.0
-                    bucket_ready = max(float(rep.chunk_started[c] + (rep.chunk_ready[c] - rep.chunk_started[c])
-                                             * produced) for rep in of_replica)
-                    start = max(bucket_ready, free)
-                    first = start if first is None else first
-                    size = min(BUCKET_BYTES, nbytes - j * BUCKET_BYTES) if nbytes > 0 else 0.0
-                    free = start + ring_seconds(size, layout.devices[s], cluster)
-                reductions.append((s, c, float(first), free))
+                    free = max(float(bucket_ready[j]), free) + (full if j < buckets - 1 else last)
+                reductions.append((s, c, first, free))
             reduced[s] = free
     tied_end = np.zeros(s_)
     for nbytes, ranks in layout.tied:
