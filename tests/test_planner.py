@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from placement_env import Cluster, load_graph
+from placement_env.plan.cut_kernel import bottleneck_cut_kernel
 from placement_env.plan.pipeline_plan import PipelinePlan
 from placement_env.plan.plan_step import simulate_plan
-from placement_env.plan.planner import _bottleneck_cut, hand_plan, plan_pipeline
+from placement_env.plan.planner import bottleneck_cut, hand_plan, plan_pipeline
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -35,13 +36,22 @@ def test_the_greedy_bottleneck_cut_is_the_brute_force_optimum(seed):
         if all(w <= cap for w, _ in runs):
             value = max(w / speed[c] for w, c in runs)
             best = value if best is None else min(best, value)
-    found = _bottleneck_cut(layers, k, cost, fits)
+    found = bottleneck_cut(layers, k, cost, fits)
     if best is None:
         assert found is None
     else:
         assert found is not None
         value = max((prefix[b] - prefix[a]) / speed[c] for c, (a, b) in enumerate(zip(found, found[1:])))
         assert value == pytest.approx(best, rel=1e-3)
+    # the compiled search on the same costs as tables gives the same cut
+    costs = np.full((k, layers, layers + 1), np.inf)
+    fitting = np.zeros((k, layers, layers + 1), dtype=bool)
+    for c in range(k):
+        for a in range(layers):
+            costs[c, a, a + 1:] = cost(c, a)
+            fitting[c, a, a + 1:] = fits(c, a)
+    ok, parts = bottleneck_cut_kernel(costs, np.arange(k), fitting, np.arange(k), np.ones(layers + 1, dtype=bool), k)
+    assert ok == (found is not None) and (found is None or tuple(parts.tolist()) == found)
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,7 @@ from placement_env.graph.io import graph_digest
 from placement_env.graph.model import ComputationGraph
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
 
+from .cut_kernel import bottleneck_cut_kernel
 from .layers import ChunkCosts, LayerTable, layer_table, placement_of_layers
 from .module_tree import block_layers, layer_sequence
 from .pipeline_plan import PipelinePlan, PlanStage, TiedGroup
@@ -405,8 +406,9 @@ def _cut(table: LayerTable, cluster: Cluster, name: str, k: int, s: int, d: int,
     pre = table.prefix
     if name == "parameters":
         weight = pre["parameter_bytes"]
-        return _bottleneck_cut(layers, k, lambda c, a: weight[a + 1:] - weight[a],
-                               lambda c, a: np.ones(layers - a, dtype=bool), table.allowed)
+        spans = (weight[None, :] - weight[:, None])[None, :layers, :]
+        return _cut_tables(spans, np.zeros(k, dtype=np.int64), np.ones(spans.shape, dtype=bool),
+                           np.zeros(k, dtype=np.int64), table.allowed, k)
     q = 1.0 / (d * m)
 
     def per_micro_batch(name: str) -> np.ndarray:
@@ -418,32 +420,50 @@ def _cut(table: LayerTable, cluster: Cluster, name: str, k: int, s: int, d: int,
         work = work + forward
     boundary = table.costs.boundary_bytes  # after layer i
     inputs = np.concatenate([[table.costs.input_bytes[0]], boundary[:-1]])  # of a chunk beginning at layer i
-    ends = np.arange(1, layers + 1)
-
-    def seconds(c: int, a: int) -> np.ndarray:
-        """The time of chunk ``c`` beginning at layer ``a`` and ending before layer ``b``, for each ``b > a``."""
+    span = work[None, :] - work[:, None]  # [a, b]: the layers a .. b-1
+    after = np.concatenate([[0.0], boundary])  # [b]: what a chunk ending before layer b sends on
+    cost_tables: dict[tuple, int] = {}
+    fit_tables: dict[tuple, int] = {}
+    costs: list[np.ndarray] = []
+    fits: list[np.ndarray] = []
+    cost_of, fit_of = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+    saved = np.ceil(q * np.maximum(pre["saved_bytes"][None, :] - pre["saved_bytes"][:, None], 0.0))
+    static = (pre["parameter_bytes"][None, :] - pre["parameter_bytes"][:, None]) * param_factor
+    for c in range(k):
         dev, nxt = devices[c % s][0], devices[(c + 1) % s][0]
-        t = (work[a + 1:] - work[a]) / float(cluster.speed[dev])
-        if nxt != dev:
-            sends = 2 * (float(cluster.latency[dev, nxt]) + q * boundary[a:] / float(cluster.bandwidth[dev, nxt]))
-            t = t + np.where(ends[a:] < layers, sends, 0.0)
-        return t
-
-    def fits(c: int, a: int) -> np.ndarray:
+        sends = nxt != dev and c < k - 1
+        key = (float(cluster.speed[dev]), sends and float(cluster.latency[dev, nxt]),
+               sends and float(cluster.bandwidth[dev, nxt]))
+        if key not in cost_tables:
+            table_of = span / key[0]
+            if sends:
+                table_of = table_of + 2 * (key[1] + q * after[None, :] / key[2])
+            cost_tables[key] = len(costs)
+            costs.append(table_of)
+        cost_of[c] = cost_tables[key]
         rank = c % s
         memory = min(float(cluster.memory[dev]) for dev in devices[rank]) / v
         held = _in_flight(schedule, s, rank, m, v)
-        saved = np.ceil(q * (pre["saved_bytes"][a + 1:] - pre["saved_bytes"][a]))
-        static = (pre["parameter_bytes"][a + 1:] - pre["parameter_bytes"][a]) * param_factor
-        plain = static + held * saved
-        again = static + held * math.ceil(q * inputs[a]) + saved
-        need = again if recompute else plain if recompute is False else np.minimum(plain, again)
-        return need <= memory
+        if (memory, held) not in fit_tables:
+            plain = static + held * saved
+            again = static + held * np.ceil(q * np.append(inputs, 0.0))[:, None] + saved
+            need = again if recompute else plain if recompute is False else np.minimum(plain, again)
+            fit_tables[memory, held] = len(fits)
+            fits.append(need <= memory)
+        fit_of[c] = fit_tables[memory, held]
+    return _cut_tables(np.stack(costs)[:, :layers, :], cost_of, np.stack(fits)[:, :layers, :], fit_of,
+                       table.allowed, k)
 
-    return _bottleneck_cut(layers, k, seconds, fits, table.allowed)
+
+def _cut_tables(costs: np.ndarray, cost_of: np.ndarray, fits: np.ndarray, fit_of: np.ndarray,
+                allowed: np.ndarray, k: int) -> tuple[int, ...] | None:
+    """:func:`~placement_env.plan.cut_kernel.bottleneck_cut_kernel` as a tuple of boundaries, or None."""
+    found, parts = bottleneck_cut_kernel(np.ascontiguousarray(costs), cost_of, np.ascontiguousarray(fits), fit_of,
+                                         allowed, k)
+    return tuple(int(x) for x in parts) if found else None
 
 
-def _bottleneck_cut(layers: int, k: int, cost, fits, allowed: np.ndarray | None = None) -> tuple[int, ...] | None:
+def bottleneck_cut(layers: int, k: int, cost, fits, allowed: np.ndarray | None = None) -> tuple[int, ...] | None:
     """The boundaries of ``k`` contiguous chunks of ``layers`` layers whose largest cost is least, each chunk
     fitting: ``cost(c, a)`` and ``fits(c, a)`` give, for chunk ``c`` beginning at layer ``a``, a value for each
     end ``b = a + 1 .. layers`` (arrays); ``allowed[b]`` (``layers + 1`` entries, default all) says where a chunk
@@ -471,7 +491,7 @@ def _bottleneck_cut(layers: int, k: int, cost, fits, allowed: np.ndarray | None 
             time_of, fitting = ends(c, a)
             ok = (time_of[:room] <= limit) & fitting[:room]
             if c == k - 1:
-                if not ok.all():
+                if not ok[room - 1] or a + room != layers:
                     return None
                 take = room
             else:
