@@ -9,8 +9,9 @@ For each model and cluster (N devices):
 * ``hand grid``: the best of every S x D = N with Megatron-LM's uniform split, 1F1B and m in S x {1, 2, 4, 8},
   a replica's stages on neighbouring devices or a stage's replicas (all of it simulated), recomputation where
   memory needs it;
-* ``DeepSpeed uniform`` / ``DeepSpeed parameters``: DeepSpeed's ``partition_method`` over all the layers with D
-  replicas, the best over the same S x D and m.
+* ``DeepSpeed uniform`` / ``DeepSpeed parameters``: DeepSpeed's ``partition_method`` over all the layers
+  (``split="deepspeed-uniform"`` / ``"parameters"``, tested against DeepSpeed's rules) with D replicas, the best
+  over the same S x D, m and layouts.
 
 Every plan is simulated by the same step (``docs/spec/simulator.md`` section 3b), batch ``--batch`` sequences (or
 images). It writes ``table.md`` and ``rows.json`` in ``--out`` and prints the table.
@@ -26,9 +27,7 @@ from pathlib import Path
 
 from machine import machine_line
 
-from baselines.runtime_defaults import partition_balanced, partition_uniform
 from placement_env import Cluster, load_graph
-from placement_env.plan.module_tree import layer_sequence
 from placement_env.plan.planner import LAYOUTS, PlannedPipeline, hand_plan, plan_pipeline
 from placement_env.zoo.registry import TRANSFORMERS
 
@@ -62,11 +61,6 @@ def grid(graph, cluster: Cluster, batch: int, split) -> PlannedPipeline | None:
     return best_of(found)
 
 
-def counts(parts: list[int]) -> list[int]:
-    """Layers per chunk of boundaries ``parts``."""
-    return [b - a for a, b in zip(parts, parts[1:])]
-
-
 def describe(planned: PlannedPipeline | None) -> str:
     if planned is None:
         return "none fits"
@@ -89,19 +83,13 @@ def main() -> int:
     rows = []
     for name in args.models:
         graph = load_graph(name)
-        layers = layer_sequence(graph)
-        by_layer = graph_parameters(graph, layers)
-        weights = [by_layer[x] for x in layers]
-        num_layers = len(layers)
         for cluster in clusters():
             began = time.perf_counter()
             planned = plan_pipeline(graph, cluster, batch=args.batch)
             seconds = time.perf_counter() - began
             hand = grid(graph, cluster, args.batch, lambda s: "uniform")
-            ds_uniform = grid(graph, cluster, args.batch,
-                              lambda s, n=num_layers: counts(partition_uniform(n, s)))
-            ds_parameters = grid(graph, cluster, args.batch,
-                                 lambda s, w=weights: counts(partition_balanced(w, s)))
+            ds_uniform = grid(graph, cluster, args.batch, lambda s: "deepspeed-uniform")
+            ds_parameters = grid(graph, cluster, args.batch, lambda s: "parameters")
             row = {"model": name, "cluster": cluster.name, "devices": cluster.num_devices,
                    "planner": describe(planned), "planner_ms": planned.step.seconds * 1e3,
                    "planner_seconds": seconds, "lower_bound_ms": planned.lower_bound * 1e3,
@@ -126,17 +114,6 @@ def main() -> int:
     (out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
-
-
-def graph_parameters(graph, layers: list[str]) -> dict[str, float]:
-    """Parameter bytes of each layer (DeepSpeed's ``parameters`` weights)."""
-    weight = {layer: 0.0 for layer in layers}
-    for node in graph.nodes:
-        if node.module:
-            layer = next((x for x in layers if node.module == x or node.module.startswith(f"{x}.")), None)
-            if layer is not None:
-                weight[layer] += node.param_bytes
-    return weight
 
 
 if __name__ == "__main__":

@@ -193,3 +193,24 @@ def test_the_plan_command_writes_a_plan_or_an_export_and_refuses_bad_input(tmp_p
         assert done.returncode == 2 and done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1, \
             done.stderr
         assert not (tmp_path / "bad.json").exists()
+
+
+@pytest.mark.parametrize("stages", [2, 4, 7])
+def test_the_deepspeed_splits_are_deepspeed_s_rules(gpt2, stages):
+    from baselines.runtime_defaults import partition_balanced, partition_uniform
+    from placement_env.plan.layers import layer_table
+    from placement_env.plan.module_tree import layer_sequence
+
+    c = Cluster.preset("a100-nvlink", stages)
+    layers = layer_sequence(gpt2)
+    uniform = plan_pipeline(gpt2, c, stages=stages, replicas=1, microbatches=8, schedule="1f1b",
+                            split="deepspeed-uniform", batch=64).plan
+    assert uniform.parts == partition_uniform(len(layers), stages)
+    # a layer's parameters as DeepSpeed counts them, layer.parameters(): the tied embedding in each reader
+    per_layer = layer_table(gpt2, layers).costs.parameter_bytes
+    weight = dict(zip(layers, per_layer.tolist()))
+    heaviest = lambda parts: max(sum(weight[x] for x in layers[a:b]) for a, b in zip(parts, parts[1:]))  # noqa: E731
+    balanced = plan_pipeline(gpt2, c, stages=stages, replicas=1, microbatches=8, schedule="1f1b",
+                             split="parameters", batch=64).plan
+    assert heaviest(balanced.parts) == pytest.approx(heaviest(partition_balanced([weight[x] for x in layers], stages)),
+                                                     rel=1e-4)

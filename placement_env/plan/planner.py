@@ -46,7 +46,10 @@ from .schedules import PLAN_SCHEDULES, SPLIT_BACKWARD, checked_plan_schedule
 
 SIMULATED = 24
 """Configurations simulated exactly, the best by the estimate."""
-SPLITS = ("time", "uniform", "parameters")
+SPLITS = ("time", "uniform", "deepspeed-uniform", "parameters")
+HAND_SPLITS = ("uniform", "deepspeed-uniform", "parameters")
+"""The runtimes' own splits (Megatron-LM's and DeepSpeed's two): with 1F1B and m in S x {1, 2, 4, 8}, the grid of
+plans a practitioner tries, every one simulated."""
 LAYOUTS = ("replicas-across-nodes", "stages-across-nodes")
 """How a plan's devices form stages and replicas: ``replicas-across-nodes`` gives replica r's stage s device
 ``r S + s`` (a replica's stages on neighbouring devices, within a node when S fits one);
@@ -113,9 +116,11 @@ def plan_pipeline(graph: ComputationGraph, cluster: Cluster, *, stages: int | No
         microbatches: m per replica and step. ``schedule``: one of
             :data:`~placement_env.plan.schedules.PLAN_SCHEDULES`; ``virtual_stages``: v (interleaved only).
         recompute: True on every rank, False on none; None where memory needs it.
-        split: ``"time"`` (balanced by the chunks' time), ``"uniform"`` (layers per chunk as even as can be,
-            DeepSpeed's and Megatron's default), ``"parameters"`` (balanced parameters, DeepSpeed's), or the
-            number of layers of each chunk (a custom partition, Megatron's uneven layout).
+        split: ``"time"`` (balanced by the chunks' time, cut before, between or after blocks), ``"uniform"``
+            (Megatron-LM's: the blocks as even as can be, the embedding first, the loss last),
+            ``"deepspeed-uniform"`` and ``"parameters"`` (DeepSpeed's ``partition_method``: as many layers, or
+            balanced parameters, over all the layers), or the number of layers of each chunk (a custom
+            partition, Megatron's uneven layout).
         layout: one of :data:`LAYOUTS`.
         batch: the step's batch, when it is not the one the graph was traced with (the costs that grow with the
             batch are scaled: :meth:`~placement_env.plan.layers.ChunkCosts.with_batch`); a cluster's step is
@@ -179,7 +184,7 @@ def _to_simulate(configs: list[_Config], simulated: int) -> list[_Config]:
     seen: set[tuple[int, int, str]] = set()
     for i, config in enumerate(configs):
         group = (config.ranks, config.replicas, config.schedule)
-        hand = (config.split == "uniform" and config.schedule == "1f1b"
+        hand = (config.split in HAND_SPLITS and config.schedule == "1f1b"
                 and config.microbatches in {config.ranks * f for f in MICROBATCH_FACTORS})
         if i < simulated or group not in seen or hand:
             chosen[i] = config
@@ -403,12 +408,15 @@ def _cut(table: LayerTable, cluster: Cluster, name: str, k: int, s: int, d: int,
     layers = len(table)
     if name == "uniform":
         return table.uniform_cut(k)
+    if name == "deepspeed-uniform":  # partition_uniform: the first layers % k chunks one layer more
+        size, extra = divmod(layers, k)
+        return tuple(c * size + min(c, extra) for c in range(k + 1)) if k <= layers else None
     pre = table.prefix
-    if name == "parameters":
+    if name == "parameters":  # partition_balanced: the heaviest chunk's parameters least, cut anywhere
         weight = pre["parameter_bytes"]
         spans = (weight[None, :] - weight[:, None])[None, :layers, :]
         return _cut_tables(spans, np.zeros(k, dtype=np.int64), np.ones(spans.shape, dtype=bool),
-                           np.zeros(k, dtype=np.int64), table.allowed, k)
+                           np.zeros(k, dtype=np.int64), np.ones(layers + 1, dtype=bool), k)
     q = 1.0 / (d * m)
 
     def per_micro_batch(name: str) -> np.ndarray:
@@ -570,4 +578,5 @@ def hand_plan(graph: ComputationGraph, cluster: Cluster, stages: int, replicas: 
                          split=split, layout=layout, batch=batch, param_factor=param_factor)
 
 
-__all__ = ["LAYOUTS", "SIMULATED", "SPLITS", "LayerTable", "PlannedPipeline", "hand_plan", "plan_pipeline"]
+__all__ = ["HAND_SPLITS", "LAYOUTS", "SIMULATED", "SPLITS", "LayerTable", "PlannedPipeline", "hand_plan",
+           "plan_pipeline"]
