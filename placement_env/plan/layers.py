@@ -241,12 +241,15 @@ class LayerTable:
 
     def chunks(self, parts: Sequence[int]) -> ChunkCosts:
         """The :class:`ChunkCosts` of the chunks ``layers[parts[c]:parts[c + 1]]``."""
-        runs = list(zip(parts[:-1], parts[1:]))
-        column = {name: np.array([self.run(name, a, b) for a, b in runs]) for name in self.prefix}
-        column["parameter_bytes"] = np.array([self.parameters(a, b) for a, b in runs])
+        at = np.asarray(parts, dtype=np.int64)
+        starts, ends = at[:-1], at[1:]
+        column = {name: prefix[ends] - prefix[starts] for name, prefix in self.prefix.items()}
+        for nbytes, chunks in self.shared:  # a parameter read by several layers of one chunk counts once there
+            inside = ((chunks[None, :] >= starts[:, None]) & (chunks[None, :] < ends[:, None])).sum(axis=1)
+            column["parameter_bytes"] = column["parameter_bytes"] - nbytes * np.maximum(inside - 1, 0)
         boundary = self.costs.boundary_bytes
-        crossing = np.array([boundary[b - 1] if b < len(self) else 0.0 for _, b in runs])
-        inputs = np.array([self.costs.input_bytes[0] if a == 0 else boundary[a - 1] for a, _ in runs])
+        crossing = np.where(ends < len(self), boundary[np.minimum(ends, len(self)) - 1], 0.0)
+        inputs = np.where(starts == 0, self.costs.input_bytes[0], boundary[np.maximum(starts, 1) - 1])
         return ChunkCosts(column["forward"], column["forward_fixed"], column["backward_input"],
                           column["backward_input_fixed"], column["backward_weight"], column["backward_weight_fixed"],
                           column["update"], column["parameter_bytes"], column["saved_bytes"], crossing, inputs,

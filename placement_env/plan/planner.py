@@ -332,15 +332,17 @@ def _in_flight(schedule: str, s: int, rank: int, m: int, v: int) -> float:
     return min(s - rank, m)
 
 
-def _chunk_memory(costs: ChunkCosts, c: int, s: int, d: int, m: int, schedule: str, v: int, recompute: bool,
-                  param_factor: float) -> float:
+def _rank_memory(costs: ChunkCosts, s: int, d: int, m: int, schedule: str, recompute: bool,
+                 param_factor: float) -> np.ndarray:
+    """Each rank's estimated peak bytes: its chunks' parameters, and the activations of the micro-batches it
+    holds (:func:`_in_flight`), recomputing or not."""
+    v = costs.num_chunks // s
     q = 1.0 / (d * m)
-    held = _in_flight(schedule, s, c % s, m, v)
-    if recompute:
-        active = held * math.ceil(q * costs.input_bytes[c]) + math.ceil(q * costs.saved_bytes[c])
-    else:
-        active = held * math.ceil(q * costs.saved_bytes[c])
-    return costs.parameter_bytes[c] * param_factor + active
+    held = np.array([_in_flight(schedule, s, c % s, m, v) for c in range(costs.num_chunks)])
+    saved = np.ceil(q * costs.saved_bytes)
+    active = held * np.ceil(q * costs.input_bytes) + saved if recompute else held * saved
+    need = costs.parameter_bytes * param_factor + active
+    return np.bincount(np.arange(costs.num_chunks) % s, weights=need, minlength=s)
 
 
 def _recompute_choice(costs: ChunkCosts, cluster: Cluster, s: int, d: int, m: int, schedule: str,
@@ -348,27 +350,13 @@ def _recompute_choice(costs: ChunkCosts, cluster: Cluster, s: int, d: int, m: in
                       param_factor: float) -> tuple[bool, ...] | None:
     """Per rank: recompute as asked, or (None) only where the estimated memory needs it; None when a rank does
     not fit even so."""
-    v = costs.num_chunks // s
-    choice = []
-    for rank in range(s):
-        memory = min(float(cluster.memory[dev]) for dev in devices[rank])
-        chunks = range(rank, costs.num_chunks, s)
-
-        def need(on: bool, chunks: range = chunks) -> float:
-            return sum(_chunk_memory(costs, c, s, d, m, schedule, v, on, param_factor) for c in chunks)
-
-        on = bool(recompute) if recompute is not None else bool(need(False) > memory)
-        if need(on) > memory:
-            return None
-        choice.append(on)
-    return tuple(choice)
-
-
-def _task_seconds(costs: ChunkCosts, c: int, q: float, speed: float, recompute: bool) -> float:
-    f = costs.forward_fixed[c] + q * (costs.forward[c] - costs.forward_fixed[c])
-    b = costs.backward_input_fixed[c] + q * (costs.backward_input[c] - costs.backward_input_fixed[c])
-    w = costs.backward_weight_fixed[c] + q * (costs.backward_weight[c] - costs.backward_weight_fixed[c])
-    return (f + b + w + (f if recompute else 0.0)) / speed
+    memory = np.array([min(float(cluster.memory[dev]) for dev in devices[rank]) for rank in range(s)])
+    plain = _rank_memory(costs, s, d, m, schedule, False, param_factor)
+    again = _rank_memory(costs, s, d, m, schedule, True, param_factor)
+    on = np.full(s, bool(recompute)) if recompute is not None else plain > memory
+    if (np.where(on, again, plain) > memory).any():
+        return None
+    return tuple(bool(x) for x in on)
 
 
 def _estimate(costs: ChunkCosts, cluster: Cluster, s: int, d: int, m: int, schedule: str, v: int,
@@ -378,26 +366,30 @@ def _estimate(costs: ChunkCosts, cluster: Cluster, s: int, d: int, m: int, sched
     from .plan_step import ring_seconds
 
     q = 1.0 / (d * m)
-    per_rank = np.zeros(s)
-    fill = 0.0
-    for c in range(costs.num_chunks):
-        rank = c % s
-        dev = devices[rank][0]
-        t = _task_seconds(costs, c, q, float(cluster.speed[dev]), recompute[rank])
-        if c < costs.num_chunks - 1:
-            nxt = devices[(c + 1) % s][0]
-            if nxt != dev:
-                t += 2 * (float(cluster.latency[dev, nxt])
-                          + q * costs.boundary_bytes[c] / float(cluster.bandwidth[dev, nxt]))
-        per_rank[rank] += t
-        fill += t
+    k = costs.num_chunks
+    rank = np.arange(k) % s
+    dev = np.array([devices[r][0] for r in range(s)])[rank]
+    nxt = np.array([devices[r][0] for r in range(s)])[(np.arange(k) + 1) % s]
+    speed = cluster.speed[dev]
+
+    def part(total: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+        return fixed + q * (total - fixed)
+
+    f = part(costs.forward, costs.forward_fixed)
+    t = (f + part(costs.backward_input, costs.backward_input_fixed)
+         + part(costs.backward_weight, costs.backward_weight_fixed) + np.where(np.array(recompute)[rank], f, 0.0))
+    t = t / speed
+    sends = (np.arange(k) < k - 1) & (nxt != dev)
+    t = t + np.where(sends, 2 * (cluster.latency[dev, nxt] + q * costs.boundary_bytes / cluster.bandwidth[dev, nxt]),
+                     0.0)
+    per_rank = np.bincount(rank, weights=t, minlength=s)
+    fill = float(t.sum())
     if schedule in SPLIT_BACKWARD:
-        weights = sum(q * costs.backward_weight[c] / float(cluster.speed[devices[c % s][0]])
-                      for c in range(costs.num_chunks))
+        weights = float(np.sum(q * costs.backward_weight / speed))
         fill -= 2 * weights * (s - 1) / max(s, 1)
     step = (m - 1) * float(per_rank.max()) + fill / (v if schedule == "interleaved-1f1b" else 1)
     reduce = max((ring_seconds(float(costs.parameter_bytes[c]), devices[c % s], cluster)
-                  for c in range(costs.num_chunks)), default=0.0) if d > 1 else 0.0
+                  for c in range(k)), default=0.0) if d > 1 else 0.0
     return step + reduce
 
 
