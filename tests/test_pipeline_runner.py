@@ -265,3 +265,46 @@ def test_under_torchrun_each_rank_runs_its_stage_and_gets_the_whole_result(gpt2_
         assert got["backend"] == "torchrun" and got["losses"][0] == pytest.approx(float(np.mean(losses)), rel=1e-5)
         for name, value in got["parameters"].items():
             np.testing.assert_allclose(np.array(value), expected[name].detach().numpy(), atol=1e-5, err_msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["replicas-across-nodes", "stages-across-nodes"])
+def test_a_plan_of_two_replicas_ends_an_sgd_step_with_the_model_s_parameters(gpt2_and_graph, layout):
+    """2 stages x 2 replicas x 2 micro-batches on 4 local workers (its DeviceMesh the processes): each replica on
+    half of the batch, the replicas' gradients averaged, the tied embedding summed within each replica."""
+    from placement_env.plan.exports import device_mesh
+    from placement_env.plan.planner import plan_pipeline
+    from placement_env.runtime.pipeline_runner import process_mesh
+
+    model, ids, graph = gpt2_and_graph
+    cluster = Cluster.preset("a100-nvlink", 4, per_node=2)
+    plan = plan_pipeline(graph, cluster, stages=2, replicas=2, microbatches=MICROBATCHES // 2, schedule="1f1b",
+                         split="uniform", layout=layout).plan
+    assert (plan.num_stages, plan.replicas) == (2, 2) and [g.stages for g in plan.tied] == [[0, 1]]
+    assert [list(row) for row in process_mesh(plan)] == device_mesh(plan)["mesh"]
+    run = assert_an_sgd_step_matches_the_model(model, ids, plan)
+    assert run.peak_memory.shape == (4,)
+
+
+def test_plans_the_runner_cannot_run_are_one_error(gpt2_and_graph):
+    from dataclasses import replace
+
+    from placement_env.plan.planner import plan_pipeline
+
+    model, ids, graph = gpt2_and_graph
+    cluster = Cluster.preset("a100-nvlink", 4, per_node=2)
+    interleaved = plan_pipeline(graph, cluster, stages=2, replicas=2, microbatches=2, schedule="interleaved-1f1b",
+                                virtual_stages=2).plan
+    with pytest.raises(ValueError, match="the plan's schedule 'interleaved-1f1b' is not one the runner knows"):
+        run_pipeline(model, (), interleaved, example_kwargs={"input_ids": ids})
+    recomputing = plan_pipeline(graph, cluster, stages=2, replicas=2, microbatches=2, schedule="1f1b",
+                                recompute=True).plan
+    with pytest.raises(ValueError, match="without recomputation; this plan has 1 virtual stages a rank and "
+                                         "recomputes on 2 stages"):
+        run_pipeline(model, (), recomputing, example_kwargs={"input_ids": ids})
+    plan = plan_pipeline(graph, cluster, stages=2, replicas=2, microbatches=2, schedule="1f1b").plan
+    flipped = replace(plan, stages=[replace(plan.stages[0], replica_devices=[1, 3], device=1),
+                                    replace(plan.stages[1], replica_devices=[0, 2], device=0)])
+    with pytest.raises(ValueError, match=r"replica 0's stages are on devices \[1, 0\]: the runner needs them in "
+                                         "increasing order"):
+        run_pipeline(model, (), flipped, example_kwargs={"input_ids": ids})

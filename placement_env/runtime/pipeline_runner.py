@@ -103,6 +103,7 @@ class _Job:
     loss_fn: Callable[[Any, Any], Any] | None
     optimizer: Callable[[list], Any] | None
     device: str  # "cpu" or "cuda" (stage s on cuda:s)
+    mesh: tuple[tuple[int, ...], ...] = ((0,),)  # mesh[r][s]: the process (rank) of stage s in replica r
 
 
 def run_pipeline(model: Any, example_inputs: Sequence[Any] | Any, plan: PipelinePlan, *, steps: int = 1,
@@ -140,27 +141,47 @@ def run_pipeline(model: Any, example_inputs: Sequence[Any] | Any, plan: Pipeline
     if plan.schedule not in SCHEDULE_CLASSES:
         raise ValueError(f"the plan's schedule {plan.schedule!r} is not one the runner knows: "
                          f"{', '.join(SCHEDULE_CLASSES)}")
-    if plan.replicas != 1 or plan.virtual_stages != 1 or any(stage.recompute for stage in plan.stages):
-        raise ValueError(f"the runner runs one replica of one chunk a rank without recomputation; this plan has "
-                         f"{plan.replicas} replicas, {plan.virtual_stages} virtual stages a rank and recomputes on "
+    if plan.virtual_stages != 1 or any(stage.recompute for stage in plan.stages):
+        raise ValueError(f"the runner runs one chunk a rank without recomputation; this plan has "
+                         f"{plan.virtual_stages} virtual stages a rank and recomputes on "
                          f"{sum(stage.recompute for stage in plan.stages)} stages")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_plan_matches(model, plan)
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     job = _Job(_saved(model), args, dict(example_kwargs or {}), targets, plan.split_spec, plan.microbatches,
-               plan.schedule, steps, loss_fn, optimizer, "cpu" if devices is None else str(devices))
+               plan.schedule, steps, loss_fn, optimizer, "cpu" if devices is None else str(devices), process_mesh(plan))
+    world = plan.num_stages * plan.replicas
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _under_torchrun(job, plan)
     if devices is not None and devices != "cuda":
         raise ValueError(f"devices must be None (local workers) or 'cuda', got {devices!r}")
-    if devices == "cuda" and torch.cuda.device_count() < plan.num_stages:
-        raise ValueError(f"the plan has {plan.num_stages} stages, this machine {torch.cuda.device_count()} CUDA "
-                         "device(s)")
+    if devices == "cuda" and torch.cuda.device_count() < world:
+        raise ValueError(f"the plan runs {world} processes ({plan.num_stages} stages x {plan.replicas} replicas), "
+                         f"this machine has {torch.cuda.device_count()} CUDA device(s)")
     if devices is None:
-        check_local_workers(plan.num_stages)
-    reports = run_on_local_workers(plan.num_stages, run_stage, job, backend="nccl" if devices == "cuda" else "gloo")
+        check_local_workers(world)
+    reports = run_on_local_workers(world, run_stage, job, backend="nccl" if devices == "cuda" else "gloo")
     return _merged(reports, "cuda" if devices == "cuda" else "local-workers")
+
+
+def process_mesh(plan: PipelinePlan) -> tuple[tuple[int, ...], ...]:
+    """``mesh[r][s]``: the process (torchrun's rank) that runs stage ``s`` of replica ``r``. With one replica,
+    stage s is process s; with more, the plan's devices are the processes (its (dp, pp) ``DeviceMesh``), which must
+    be ``0 .. S x D - 1``, each replica's stages in increasing order (``torch.distributed`` numbers a group's
+    members in order, and a pipeline's stage s is its group's member s); ``ValueError`` otherwise."""
+    if plan.replicas == 1:
+        return (tuple(range(plan.num_stages)),)
+    mesh = tuple(tuple(plan.devices[s][r] for s in range(plan.num_stages)) for r in range(plan.replicas))
+    flat = sorted(d for row in mesh for d in row)
+    if flat != list(range(len(flat))):
+        raise ValueError(f"the runner runs a plan with replicas on processes 0 .. {len(flat) - 1}: its devices are "
+                         f"{flat}")
+    bad = next((r for r, row in enumerate(mesh) if list(row) != sorted(row)), None)
+    if bad is not None:
+        raise ValueError(f"replica {bad}'s stages are on devices {list(mesh[bad])}: the runner needs them in "
+                         "increasing order")
+    return mesh
 
 
 def check_plan_matches(model: Any, plan: PipelinePlan) -> None:
@@ -181,15 +202,23 @@ def check_plan_matches(model: Any, plan: PipelinePlan) -> None:
 
 
 def run_stage(rank: int, world: int, job: _Job) -> dict:
-    """Stage ``rank``'s part of :func:`run_pipeline` in a process of an initialised process group of ``world``
-    processes: its step times, peak bytes, losses (last stage) and parameters by first name."""
+    """Process ``rank``'s part of :func:`run_pipeline` in an initialised process group of ``world`` processes: a
+    stage of a replica (``job.mesh``); its step times, peak bytes, losses (a last stage) and parameters by first
+    name (replica 0)."""
     warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")  # pipelining's pickled specs
     _contiguous_messages()
     device = torch.device(f"cuda:{rank}" if job.device == "cuda" else "cpu")
     model = torch.load(io.BytesIO(job.model), weights_only=False)
-    m = job.microbatches
-    first_args = tuple(_first_microbatch(a, m) for a in job.args)
-    first_kwargs = {k: _first_microbatch(v, m) for k, v in job.kwargs.items()}
+    m, replicas, stages = job.microbatches, len(job.mesh), len(job.mesh[0])
+    replica, stage_index = next((r, s) for r, row in enumerate(job.mesh) for s, p in enumerate(row) if p == rank)
+    # every process builds every group, in the same order: a replica's pipeline, a stage's replicas
+    pipelines = [dist.new_group(list(row)) for row in job.mesh] if replicas > 1 else [None]
+    data_parallel = [dist.new_group([row[s] for row in job.mesh]) for s in range(stages)] if replicas > 1 else []
+    args = tuple(_part(a, replica, replicas) for a in job.args)  # this replica's share of the batch
+    kwargs = {k: _part(v, replica, replicas) for k, v in job.kwargs.items()}
+    targets = _part(job.targets, replica, replicas)
+    first_args = tuple(_first_microbatch(a, m) for a in args)
+    first_kwargs = {k: _first_microbatch(v, m) for k, v in kwargs.items()}
     try:
         pipe = pipelining.pipeline(model, first_args, first_kwargs,
                                    split_spec={name: pipelining.SplitPoint.BEGINNING for name in job.split_spec})
@@ -199,19 +228,24 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
             root = root.__cause__
         raise ValueError(f"the model cannot be traced into the plan's stages: {type(root).__name__}: "
                          f"{first_line(root)}") from None
-    if pipe.num_stages != world:
+    if pipe.num_stages != stages:
         raise ValueError(f"the model splits into {pipe.num_stages} stages at the plan's split points, the plan has "
-                         f"{world}")
-    stage = pipe.build_stage(rank, device)
+                         f"{stages}")
+    stage = pipe.build_stage(stage_index, device, group=pipelines[replica])
     module = stage.submod
     first_name = canonical_names(model)
-    # a parameter -> the ranks of the stages holding a copy, from every stage's module (each process traced all)
+    # a parameter -> the stages holding a copy, from every stage's module (each process traced all)
     holders: dict[str, list[int]] = {}
-    for r in range(world):
-        for name in dict.fromkeys(first_name.get(n, n) for n, _ in pipe.get_stage_module(r).named_parameters()):
-            holders.setdefault(name, []).append(r)
+    for s in range(stages):
+        for name in dict.fromkeys(first_name.get(n, n) for n, _ in pipe.get_stage_module(s).named_parameters()):
+            holders.setdefault(name, []).append(s)
     tied = {name: ranks for name, ranks in holders.items() if len(ranks) > 1}
-    groups = {name: dist.new_group(ranks) for name, ranks in sorted(tied.items())}  # every process, same order
+    groups = {}
+    for r, row in enumerate(job.mesh):  # every process, same order; this replica's groups kept
+        for name, holding in sorted(tied.items()):
+            group = dist.new_group([row[s] for s in holding])
+            if r == replica:
+                groups[name] = group
     local: dict[str, list[Any]] = {}
     for n, p in module.named_parameters():
         local.setdefault(first_name.get(n, n), []).append(p)
@@ -219,8 +253,8 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
     schedule = getattr(pipelining, SCHEDULE_CLASSES[job.schedule])(stage, m, loss_fn=loss_fn)
     trainable = [p for p in module.parameters() if p.requires_grad]
     optimizer = job.optimizer(trainable) if job.optimizer is not None and trainable else None
-    last = rank == world - 1
-    batch = next((t.shape[0] for t in pytree.tree_leaves((job.args, job.kwargs)) if isinstance(t, torch.Tensor)
+    last = stage_index == stages - 1
+    batch = next((t.shape[0] for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
                   and t.dim() > 0), m)
     placeholder_target = torch.zeros(batch)  # the schedules cut a target even when the loss takes none
 
@@ -228,14 +262,14 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
         losses: list[Any] = []
         dist.barrier()
         t0 = time.perf_counter()
-        inputs = [a.to(device) if isinstance(a, torch.Tensor) else a for a in job.args] if rank == 0 else []
-        kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in job.kwargs.items()} \
-            if rank == 0 else {}
-        target = job.targets.to(device) if isinstance(job.targets, torch.Tensor) else placeholder_target
+        inputs = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args] if stage_index == 0 else []
+        named = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()} \
+            if stage_index == 0 else {}
+        target = targets.to(device) if isinstance(targets, torch.Tensor) else placeholder_target
         if last:
-            schedule.step(*inputs, target=target, losses=losses, **kwargs)
+            schedule.step(*inputs, target=target, losses=losses, **named)
         else:
-            schedule.step(*inputs, **kwargs)
+            schedule.step(*inputs, **named)
         for name in sorted(tied):  # every process in the same order
             copies = local.get(name)
             if copies is None:
@@ -250,6 +284,12 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
                 total = sum(p.grad for p in copies if p.grad is not None)
                 for p in copies:
                     p.grad = total.clone() if isinstance(total, torch.Tensor) else None
+        if replicas > 1:  # the replicas' gradients averaged: each replica's loss is the mean over its share
+            for p in module.parameters():
+                if p.requires_grad:
+                    grad = p.grad if p.grad is not None else torch.zeros_like(p)
+                    dist.all_reduce(grad, group=data_parallel[stage_index])
+                    p.grad = grad / replicas
         if update and optimizer is not None:
             optimizer.step()
         if job.device == "cuda":
@@ -275,8 +315,9 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
             step(update=False)
         peak = float(held + tracker.peak)
     parameters = {name: copies[0].detach().float().cpu().numpy().copy() for name, copies in local.items()
-                  if copies[0].requires_grad}
-    return {"steps": times, "peak": peak, "losses": step_losses if last else [], "parameters": parameters}
+                  if copies[0].requires_grad} if replica == 0 else {}
+    return {"steps": times, "peak": peak, "losses": step_losses if last else [], "parameters": parameters,
+            "last": last}
 
 
 class _ContiguousSends:
@@ -314,6 +355,15 @@ def _saved(model: Any) -> bytes:
     return buffer.getvalue()
 
 
+def _part(value: Any, index: int, parts: int) -> Any:
+    """Replica ``index``'s share of a batch tensor (its first dimension cut in ``parts``); anything else whole."""
+    if parts == 1 or not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return value
+    if value.shape[0] % parts:
+        raise ValueError(f"a batch of {value.shape[0]} does not divide among {parts} replicas")
+    return value.tensor_split(parts)[index]
+
+
 def _first_microbatch(value: Any, microbatches: int) -> Any:
     return value.tensor_split(microbatches)[0] if isinstance(value, torch.Tensor) else value
 
@@ -332,15 +382,18 @@ def _merged(reports: list[dict], backend: str) -> PipelineRun:
     for r in reports:
         for name, value in r["parameters"].items():
             parameters.setdefault(name, value)
+    last = [r["losses"] for r in reports if r.get("last", True) and r["losses"]]
+    losses = tuple(float(x) for x in np.mean(np.array(last), axis=0)) if last else ()  # the replicas' mean
     return PipelineRun(median, tuple(float(x) for x in steps), spread, np.array([r["peak"] for r in reports]),
-                       tuple(reports[-1]["losses"]), parameters, backend)
+                       losses, parameters, backend)
 
 
 def _under_torchrun(job: _Job, plan: PipelinePlan) -> PipelineRun:
     """This process as stage ``RANK`` of a torchrun world; every rank gets the merged result."""
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
-    if world != plan.num_stages:
-        raise ValueError(f"torchrun started {world} processes, the plan has {plan.num_stages} stages")
+    if world != plan.num_stages * plan.replicas:
+        raise ValueError(f"torchrun started {world} processes, the plan has {plan.num_stages} stages x "
+                         f"{plan.replicas} replicas")
     started = not dist.is_initialized()
     if started:
         dist.init_process_group("nccl" if job.device == "cuda" else "gloo")
@@ -354,4 +407,5 @@ def _under_torchrun(job: _Job, plan: PipelinePlan) -> PipelineRun:
     return _merged(reports, "torchrun")
 
 
-__all__ = ["SCHEDULE_CLASSES", "PipelineRun", "check_plan_matches", "run_pipeline", "run_stage", "sgd"]
+__all__ = ["SCHEDULE_CLASSES", "PipelineRun", "check_plan_matches", "process_mesh", "run_pipeline", "run_stage",
+           "sgd"]
