@@ -8,9 +8,10 @@ import pytest
 
 from placement_env import Cluster, load_graph
 from placement_env.plan.cut_kernel import bottleneck_cut_kernel
+from placement_env.plan.cuts import bottleneck_cut
 from placement_env.plan.pipeline_plan import PipelinePlan
 from placement_env.plan.plan_step import simulate_plan
-from placement_env.plan.planner import bottleneck_cut, hand_plan, plan_pipeline
+from placement_env.plan.planner import hand_plan, plan_pipeline
 
 
 @pytest.mark.parametrize("seed", range(12))
