@@ -268,10 +268,11 @@ def test_under_torchrun_each_rank_runs_its_stage_and_gets_the_whole_result(gpt2_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", ["replicas-across-nodes", "stages-across-nodes"])
-def test_a_plan_of_two_replicas_ends_an_sgd_step_with_the_model_s_parameters(gpt2_and_graph, layout):
-    """2 stages x 2 replicas x 2 micro-batches on 4 local workers (its DeviceMesh the processes): each replica on
-    half of the batch, the replicas' gradients averaged, the tied embedding summed within each replica."""
+def test_a_plan_of_two_replicas_ends_an_sgd_step_with_the_model_s_parameters(gpt2_and_graph):
+    """2 stages x 2 replicas x 2 micro-batches on 4 local workers, a stage's replicas on neighbouring processes
+    (its DeviceMesh [[0, 2], [1, 3]]): each replica on half of the batch, the replicas' gradients averaged, the
+    tied embedding summed within each replica."""
+    layout = "stages-across-nodes"
     from placement_env.plan.exports import device_mesh
     from placement_env.plan.planner import plan_pipeline
     from placement_env.runtime.pipeline_runner import process_mesh
@@ -281,7 +282,7 @@ def test_a_plan_of_two_replicas_ends_an_sgd_step_with_the_model_s_parameters(gpt
     plan = plan_pipeline(graph, cluster, stages=2, replicas=2, microbatches=MICROBATCHES // 2, schedule="1f1b",
                          split="uniform", layout=layout).plan
     assert (plan.num_stages, plan.replicas) == (2, 2) and [g.stages for g in plan.tied] == [[0, 1]]
-    assert [list(row) for row in process_mesh(plan)] == device_mesh(plan)["mesh"]
+    assert [list(row) for row in process_mesh(plan)] == device_mesh(plan)["mesh"] == [[0, 2], [1, 3]]
     run = assert_an_sgd_step_matches_the_model(model, ids, plan)
     assert run.peak_memory.shape == (4,)
 

@@ -1,6 +1,6 @@
 """The compiled (numba) bottleneck cut of the planner: :func:`bottleneck_cut_kernel`.
 
-The same search as :func:`placement_env.plan.planner.bottleneck_cut` (held to it by ``tests/test_planner.py``),
+The same search as :func:`placement_env.plan.cuts.bottleneck_cut` (held to it by ``tests/test_planner.py``),
 on tables instead of functions: ``costs[i, a, b]`` the cost of a chunk of cost table ``i`` from layer ``a`` to
 before layer ``b``, ``fits[j, a, b]`` whether such a chunk fits memory table ``j``; chunk ``c`` reads tables
 ``cost_of[c]`` and ``fit_of[c]``.

@@ -29,7 +29,7 @@ def in_flight(schedule: str, s: int, rank: int, m: int, v: int) -> float:
 def rank_memory(costs: ChunkCosts, s: int, d: int, m: int, schedule: str, recompute: bool,
                  param_factor: float) -> np.ndarray:
     """Each rank's estimated peak bytes: its chunks' parameters, and the activations of the micro-batches it
-    holds (:func:`_in_flight`), recomputing or not."""
+    holds (:func:`in_flight`), recomputing or not."""
     v = costs.num_chunks // s
     q = 1.0 / (d * m)
     held = np.array([in_flight(schedule, s, c % s, m, v) for c in range(costs.num_chunks)])
