@@ -228,7 +228,7 @@ def test_the_export_and_run_commands_launch_a_plan_and_refuse_bad_input_in_one_l
                          (["--model", "tests.test_pipeline_runner:tiny_gpt2_batch", "--steps", "0"],
                           "--steps must be an integer >= 1, got 0")]:  # in this process: the same main, quicker
         capsys.readouterr()
-        assert run_cli(lambda bad=bad: command.main([*run[3:], *bad])) == 2
+        assert run_cli(functools.partial(command.main, [*run[3:], *bad])) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
 
