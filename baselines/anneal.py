@@ -33,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -58,6 +59,13 @@ class AnnealConfig:
     swap_share: float = 0.2
     t_start: float = 0.001
     t_end: float = 0.00001
+
+
+class Proposals(Protocol):
+    """Draws a step's neighbours: ``proposals(current, batch, rng)`` -> ``batch`` unit placements (rows) next to
+    ``current`` (a device per unit)."""
+
+    def __call__(self, current: np.ndarray, batch: int, rng: np.random.Generator) -> np.ndarray: ...
 
 
 class NearestUnits:
@@ -118,11 +126,13 @@ def nearest_units(graph: ComputationGraph, count: int) -> NearestUnits:
 def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndarray, seed: int = 0,
                  time_budget: float | None = 5.0, max_steps: int | None = None,
                  config: AnnealConfig = AnnealConfig(), step: Step = PLAIN_STEP,
-                 contiguous: bool = False) -> RefineResult:
+                 contiguous: bool = False, proposals: Proposals | None = None) -> RefineResult:
     """Anneal from ``start_units`` (a device per unit); returns the best placement seen (a device per node) with its
     makespan (s), overflow (bytes), steps taken, evaluations and the best makespan after each step.
     ``contiguous``: the start is made contiguous (:func:`~baselines.stages.nearest_contiguous`) and the neighbours
-    are :func:`~baselines.stages.stage_neighbours`, so that every placement judged is contiguous."""
+    are :func:`~baselines.stages.stage_neighbours`, so that every placement judged is contiguous.
+    ``proposals``: draws the neighbours instead (a steered search: :mod:`agents.steering`); everything else,
+    the temperatures, the acceptance and the clock, is this annealing's."""
     if time_budget is None and max_steps is None:
         raise ValueError("anneal needs a time budget or a number of steps")
     clock = SearchClock(time_budget)  # the set-up counts: on a graph of a million ops it takes seconds
@@ -155,7 +165,9 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
             break
         progress = steps / max_steps if max_steps is not None else clock.progress()
         temperature = config.t_start * (config.t_end / config.t_start) ** min(progress, 1.0)
-        if contiguous:
+        if proposals is not None:
+            rows = proposals(current, batch, rng)
+        elif contiguous:
             rows = stage_neighbours(current, order, m, batch, rng, weight)
         else:
             rows = unit_neighbours(current, near, m, batch, rng, config)
@@ -181,14 +193,18 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
 
 
 def unit_neighbours(current: np.ndarray, near: NearestUnits, num_devices: int, batch: int,
-                    rng: np.random.Generator, config: AnnealConfig = AnnealConfig()) -> np.ndarray:
+                    rng: np.random.Generator, config: AnnealConfig = AnnealConfig(),
+                    moved: np.ndarray | None = None, target: np.ndarray | None = None) -> np.ndarray:
     """``batch`` unit placements (rows) next to ``current``, as the annealing draws them (module docstring): the
-    first ``move_share`` of them moves of one unit, then ``swap_share`` swaps, the rest block moves."""
+    first ``move_share`` of them moves of one unit, then ``swap_share`` swaps, the rest block moves. Row ``r``
+    moves unit ``moved[r]`` (to ``target[r]``, a move or a block move); both are drawn uniformly when not given
+    (a unit; a device other than its own), as a steered search draws them otherwise."""
     m, nu = num_devices, current.size
     n_moves, n_swaps = int(batch * config.move_share), int(batch * config.swap_share)
     rows = np.repeat(current[None, :], batch, axis=0)
-    moved = rng.integers(0, nu, batch)
-    target = (current[moved] + rng.integers(1, m, batch)) % m
+    if moved is None or target is None:
+        moved = rng.integers(0, nu, batch)
+        target = (current[moved] + rng.integers(1, m, batch)) % m
     rows[np.arange(n_moves), moved[:n_moves]] = target[:n_moves]
     for r in range(n_moves, n_moves + n_swaps):
         a = moved[r]

@@ -308,6 +308,10 @@ def test_plans_the_runner_cannot_run_are_one_error(gpt2_and_graph):
     with pytest.raises(ValueError, match="without recomputation; this plan has 1 virtual stages a rank and "
                                          "recomputes on 2 stages"):
         run_pipeline(model, (), recomputing, example_kwargs={"input_ids": ids})
+    short = plan_pipeline(graph, cluster, stages=2, replicas=2, microbatches=1, schedule="1f1b").plan
+    with pytest.raises(ValueError, match="runs 1f1b with at least as many micro-batches as stages; this plan has 1 "
+                                         "for 2 stages"):
+        run_pipeline(model, (), short, example_kwargs={"input_ids": ids})
     plan = plan_pipeline(graph, cluster, stages=2, replicas=2, microbatches=2, schedule="1f1b").plan
     flipped = replace(plan, stages=[replace(plan.stages[0], replica_devices=[1, 3], device=1),
                                     replace(plan.stages[1], replica_devices=[0, 2], device=0)])

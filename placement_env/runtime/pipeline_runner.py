@@ -130,7 +130,8 @@ def run_pipeline(model: Any, example_inputs: Sequence[Any] | Any, plan: Pipeline
         A :class:`PipelineRun`.
 
     Raises:
-        ValueError: ``steps`` below 1; a schedule the runner does not know; a plan naming a module the model
+        ValueError: ``steps`` below 1; a schedule the runner does not know; 1f1b with fewer
+            micro-batches than stages (torch refuses it); a plan naming a module the model
             lacks (a plan of another model); fewer CUDA devices than stages; a torchrun world of another size.
         RuntimeError: a stage failed (its error quoted) or its process died (the stage is named).
     """
@@ -141,6 +142,10 @@ def run_pipeline(model: Any, example_inputs: Sequence[Any] | Any, plan: Pipeline
     if plan.schedule not in SCHEDULE_CLASSES:
         raise ValueError(f"the plan's schedule {plan.schedule!r} is not one the runner knows: "
                          f"{', '.join(SCHEDULE_CLASSES)}")
+    if plan.schedule == "1f1b" and plan.microbatches < plan.num_stages:  # torch's Schedule1F1B refuses it
+        raise ValueError(f"torch.distributed.pipelining runs 1f1b with at least as many micro-batches as stages; "
+                         f"this plan has {plan.microbatches} for {plan.num_stages} stages (use gpipe, or "
+                         f"microbatches >= {plan.num_stages})")
     if plan.virtual_stages != 1 or any(stage.recompute for stage in plan.stages):
         raise ValueError(f"the runner runs one chunk a rank without recomputation; this plan has "
                          f"{plan.virtual_stages} virtual stages a rank and recomputes on "

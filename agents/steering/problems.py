@@ -1,0 +1,150 @@
+"""The problems the steering policy trains on: a graph, a cluster, a step and the start the annealing leaves from.
+
+:func:`problem_specs` draws ``count`` problem specifications from a seed, mixing (in turn):
+
+* the suites' training graphs (``ptb/s``, ``cifar10/s``, ``nmt/s`` for s in 0-99; the benchmark holds out 100 and
+  above);
+* synthetic layered graphs of many shapes (``layered/s``: :func:`layered_graph` draws the shape from ``s``: 100 to
+  1,500 forward ops, wide or deep, regular or not, light or heavy tensors and parameters);
+* clusters of 2 to 64 devices of every kind, as one node or as nodes of 4 or 8, and mixed clusters (nodes of two
+  kinds);
+* the plain step and the pipelined step (GPipe or 1F1B, 2 to 8 micro-batches).
+
+:func:`build_problem` makes a spec a :class:`TrainingProblem`: the graph, the cluster, the step and the start
+(the fastest placement within memory of the annealing's own start placers, :func:`~baselines.starts.ranked_starts`
+over :data:`~baselines.placers.SEARCH_STARTS`, the way the ``anneal`` placer starts). :func:`write_problems`
+keeps them in a JSON-lines file, one per line (the spec and the start), appending, so that a stopped run resumes
+where it stopped. No graph of the benchmark's held-out cells, real models or transformers is among them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from baselines.memory import PlacementInfeasibleError
+from baselines.placers import PLACERS, SEARCH_STARTS
+from baselines.starts import ranked_starts
+from placement_env.cluster import DEVICE_KINDS, Cluster
+from placement_env.graph.model import ComputationGraph
+from placement_env.graph.synthetic import layered_dag
+from placement_env.sim.pipeline import PLAIN_STEP, Step
+from placement_env.zoo.registry import load_graph
+
+TRAINING_SUITE_SEEDS = range(100)
+"""The suites' seeds a policy may train on; the benchmark's held-out seeds start at 100."""
+
+
+@dataclass(frozen=True)
+class TrainingProblem:
+    """One problem: anneal ``graph`` on ``cluster`` for ``step`` from ``start`` (a device per unit)."""
+
+    spec: dict
+    graph: ComputationGraph
+    cluster: Cluster
+    step: Step
+    start: np.ndarray
+
+
+def layered_graph(seed: int) -> ComputationGraph:
+    """A synthetic training graph whose shape is drawn from ``seed`` (module docstring)."""
+    rng = np.random.default_rng([7, seed])
+    params = {"num_ops": int(rng.integers(100, 1501)), "fat": float(np.exp(rng.uniform(np.log(0.2), np.log(2.0)))),
+              "regularity": float(rng.uniform()), "density": float(rng.uniform(0.02, 0.3)),
+              "jump": int(rng.integers(1, 6)), "cost_median": float(np.exp(rng.uniform(np.log(2e-5), np.log(2e-3)))),
+              "cost_sigma": float(rng.uniform(0.3, 1.5)),
+              "bytes_median": float(np.exp(rng.uniform(np.log(1e5), np.log(2e7)))),
+              "bytes_sigma": float(rng.uniform(0.3, 1.5)), "param_fraction": float(rng.uniform(0.1, 0.7)),
+              "param_median": float(np.exp(rng.uniform(np.log(1e5), np.log(5e7))))}
+    return layered_dag(seed, training=True, name=f"layered/{seed}", **params)
+
+
+def problem_graph(name: str) -> ComputationGraph:
+    """The graph of a spec's ``graph`` field: ``layered/s`` or a name :func:`~placement_env.zoo.load_graph`
+    knows."""
+    if name.startswith("layered/"):
+        return layered_graph(int(name.split("/", 1)[1]))
+    return load_graph(name)
+
+
+def problem_cluster(spec: dict) -> Cluster:
+    """The cluster of a spec's ``nodes`` field: ``[[kind, devices], ...]``."""
+    return Cluster.of_nodes([(kind, int(count)) for kind, count in spec["nodes"]])
+
+
+def problem_specs(count: int, seed: int = 0) -> list[dict]:
+    """``count`` problem specs drawn from ``seed`` (module docstring): ``{"graph", "nodes", "microbatches",
+    "schedule"}``."""
+    rng = np.random.default_rng([11, seed])
+    kinds = list(DEVICE_KINDS)
+    specs = []
+    for i in range(count):
+        family = ("ptb", "cifar10", "nmt", "layered")[i % 4]
+        graph = f"layered/{int(rng.integers(1_000_000))}" if family == "layered" else \
+            f"{family}/{int(rng.choice(TRAINING_SUITE_SEEDS))}"
+        devices = int(np.clip(round(np.exp(rng.uniform(np.log(2), np.log(64)))), 2, 64))
+        per_node = int(rng.choice([devices, 4, 8])) if devices > 4 else devices
+        per_node = min(per_node, devices)
+        first = str(rng.choice(kinds))
+        second = str(rng.choice(kinds)) if rng.random() < 0.25 else first
+        nodes, left, k = [], devices, 0
+        while left > 0:
+            nodes.append([first if k % 2 == 0 else second, min(per_node, left)])
+            left -= per_node
+            k += 1
+        pipelined = rng.random() < 0.3
+        specs.append({"graph": graph, "nodes": nodes, "microbatches": int(rng.choice([2, 4, 8])) if pipelined else 1,
+                      "schedule": str(rng.choice(["gpipe", "1f1b"])) if pipelined else "1f1b"})
+    return specs
+
+
+def build_problem(spec: dict, start: list[int] | None = None) -> TrainingProblem:
+    """The :class:`TrainingProblem` of ``spec``; its start computed when not given (module docstring).
+
+    Raises:
+        baselines.memory.PlacementInfeasibleError: no start placer fits the graph in the cluster's memory.
+    """
+    graph, cluster = problem_graph(spec["graph"]), problem_cluster(spec)
+    step = Step(spec["microbatches"], spec["schedule"]) if spec["microbatches"] > 1 else PLAIN_STEP
+    if start is None:
+        found, _ = ranked_starts(graph, cluster, {name: PLACERS[name] for name in SEARCH_STARTS}, step=step)
+        start = graph.unit_placement(found[0][2]).tolist()
+    return TrainingProblem(spec, graph, cluster, step, np.asarray(start, dtype=np.int64))
+
+
+def write_problems(path: str | os.PathLike, specs: list[dict], log: Callable[[str], None] = print) -> int:
+    """Append to the JSON-lines file ``path`` the problems of ``specs`` it does not hold yet, each line
+    ``{"spec", "start"}`` (a problem no start placer fits in memory: ``{"spec", "infeasible"}``); returns how
+    many it holds."""
+    path = Path(path)
+    done = {json.dumps(p["spec"], sort_keys=True) for p in read_problem_lines(path)} if path.exists() else set()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for i, spec in enumerate(specs):
+        key = json.dumps(spec, sort_keys=True)
+        if key in done:
+            continue
+        try:
+            line = {"spec": spec, "start": build_problem(spec).start.tolist()}
+        except PlacementInfeasibleError as error:
+            line = {"spec": spec, "infeasible": str(error)}
+        with open(path, "a", encoding="utf-8") as f:  # a line at a time: a stopped run keeps what it made
+            f.write(json.dumps(line) + "\n")
+        done.add(key)
+        if (i + 1) % 25 == 0:
+            log(f"problems: {i + 1} / {len(specs)}")
+    return len(done)
+
+
+def read_problem_lines(path: str | os.PathLike) -> Iterator[dict]:
+    """The lines of a problems file (a last line cut short by a stopped run is skipped)."""
+    with open(path, encoding="utf-8") as f:
+        for text in f:
+            try:
+                yield json.loads(text)
+            except json.JSONDecodeError:
+                continue

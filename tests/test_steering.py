@@ -1,0 +1,119 @@
+"""The steered annealing: its features by hand, the zero policy as plain annealing, the policy file, the training."""
+
+import json
+
+import numpy as np
+import pytest
+from helpers import uniform_cluster
+
+from agents.steering.features import DEVICE_FEATURES, UNIT_FEATURES, device_nodes, steering_view
+from agents.steering.policy import SteeredProposals, SteeringPolicy
+from agents.steering.problems import TRAINING_SUITE_SEEDS, problem_cluster, problem_specs
+from agents.steering.training import SteeringTrainConfig, pretrain_steering
+from baselines.anneal import anneal_units
+from placement_env import Cluster, layered_dag, simulate
+from placement_env.graph.model import ComputationGraph, Edge, Node
+
+
+def chain() -> ComputationGraph:
+    """a -> b -> c, costs 1, 2, 3 s, 100 and 300 bytes between them (a forward graph: units are ops)."""
+    nodes = [Node("a", "matmul", 1.0, 100, 10), Node("b", "matmul", 2.0, 300, 20), Node("c", "matmul", 3.0, 0, 30)]
+    return ComputationGraph(nodes, [Edge("a", "b"), Edge("b", "c")], name="chain")
+
+
+def test_the_features_of_a_chain_by_hand():
+    graph, cluster = chain(), uniform_cluster(3, memory=100)
+    view = steering_view(graph, cluster, param_factor=1.0)
+    current = np.array([0, 0, 1])  # loads 3, 3, 0 s; the b -> c edge (300 bytes) crosses
+    f = dict(zip(UNIT_FEATURES, view.unit_features(current).T))
+    assert f["device_load"].tolist() == [1.0, 1.0, 1.0] and f["on_busiest"].tolist() == [1.0, 1.0, 1.0]
+    assert f["cut_share"].tolist() == pytest.approx([0.0, 300 / 400, 1.0])
+    assert f["load_share"].tolist() == pytest.approx([1 / 3, 2 / 3, 1.0])
+    # memory: parameters x 1 plus outputs: a 110, b 320, c 30; device 0 holds 430 of 100: over by 3.3 -> 1
+    assert f["over_memory"].tolist() == [1.0, 1.0, 0.0]
+    g = dict(zip(DEVICE_FEATURES, np.moveaxis(view.device_features(current, np.array([1, 2])), 2, 0)))
+    assert g["bytes_there"][0].tolist() == pytest.approx([100 / 400, 300 / 400, 0.0])  # unit b: a on 0, c on 1
+    assert g["bytes_there"][1].tolist() == pytest.approx([1.0, 0.0, 0.0])  # unit c: b on 0
+    assert g["load"][0].tolist() == pytest.approx([1.0, 1.0, 0.0])
+    assert g["fill"][1].tolist() == pytest.approx([2.0, (30 + 30) / 100, 0.3])  # 460 / 100 on device 0: capped
+    assert g["same_node"][0].tolist() == [1.0, 1.0, 1.0] and g["speed"][0].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_nodes_are_the_devices_joined_by_the_fastest_links():
+    assert device_nodes(Cluster.preset("a100-nvlink", 8, per_node=4)).tolist() == [0] * 4 + [4] * 4
+    assert device_nodes(Cluster.preset("p100", 3)).tolist() == [0, 0, 0]
+    assert device_nodes(Cluster.of_nodes([("v100-nvlink", 2), ("a100-nvlink", 2)])).tolist()[:2] == [0, 0]
+
+
+def test_the_zero_policy_draws_as_the_plain_annealing_does():
+    graph, cluster = layered_dag(3, num_ops=40), Cluster.preset("p100", 4)
+    proposals = SteeredProposals(SteeringPolicy(), graph, cluster)
+    current = np.random.default_rng(0).integers(0, 4, graph.num_units)
+    assert np.allclose(proposals.unit_probabilities(current), 1 / graph.num_units)
+    units = np.zeros(20000, dtype=np.int64)
+    drawn = proposals.targets(current, units, np.random.default_rng(1))
+    counts = np.bincount(drawn, minlength=4)
+    assert counts[current[0]] == 0 and np.all(np.abs(counts[np.arange(4) != current[0]] / 20000 - 1 / 3) < 0.02)
+
+
+def test_a_policy_that_follows_the_bytes_sends_a_unit_to_its_neighbours():
+    graph, cluster = chain(), uniform_cluster(3)
+    proposals = SteeredProposals(SteeringPolicy(device=(50.0, 0.0, 0.0, 0.0, 0.0)), graph, cluster)
+    drawn = proposals.targets(np.array([0, 2, 0]), np.array([1] * 50), np.random.default_rng(0))
+    assert drawn.tolist() == [0] * 50  # unit b's neighbours are both on device 0
+
+
+def test_steered_annealing_is_deterministic_and_never_worse_than_its_start():
+    graph, cluster = layered_dag(5, num_ops=80), Cluster.preset("p100", 3)
+    start = np.zeros(graph.num_units, dtype=np.int64)
+    policy = SteeringPolicy(unit=(1.0, 0.5, 1.0, 0.0, 0.0), device=(2.0, -1.0, 0.0, 0.0, 0.0))
+
+    def run():
+        return anneal_units(graph, cluster, start, seed=2, time_budget=None, max_steps=30,
+                            proposals=SteeredProposals(policy, graph, cluster))
+
+    a, b = run(), run()
+    assert np.array_equal(a.placement, b.placement) and a.makespan == b.makespan
+    assert a.makespan <= simulate(graph, graph.expand_unit_placement(start), cluster).makespan
+
+
+def test_a_policy_file_round_trips_and_a_bad_one_is_named(tmp_path):
+    policy = SteeringPolicy(unit=(1.0, 2.0, 3.0, 4.0, 5.0), device=(-1.0, 0.0, 0.5, 0.0, 2.0), made_by={"x": 1})
+    policy.save(tmp_path / "p.json")
+    assert SteeringPolicy.load(tmp_path / "p.json") == policy
+    data = json.loads((tmp_path / "p.json").read_text())
+    del data["unit_features"]["cut_share"]
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"bad.json'?: unit_features must name exactly device_load"):
+        SteeringPolicy.load(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match="must be 5 finite numbers"):
+        SteeringPolicy(unit=(float("nan"),) * 5)
+
+
+def test_the_training_problems_leave_the_held_out_seeds_out():
+    specs = problem_specs(400, seed=3)
+    seeds = [int(s["graph"].split("/")[1]) for s in specs if not s["graph"].startswith("layered/")]
+    assert seeds and max(seeds) < 100 and set(seeds) <= set(TRAINING_SUITE_SEEDS)
+    sizes = [problem_cluster(s).num_devices for s in specs]
+    assert min(sizes) == 2 and max(sizes) == 64
+    assert any(s["microbatches"] > 1 for s in specs) and any(len({k for k, _ in s["nodes"]}) == 2 for s in specs)
+
+
+def test_the_pretraining_writes_its_policy_and_resumes(tmp_path, monkeypatch):
+    import agents.steering.problems as problems
+    import agents.steering.training as training
+
+    specs = [{"graph": f"layered/{i}", "nodes": [["p100", 3]], "microbatches": 1, "schedule": "1f1b"}
+             for i in range(4)]
+    monkeypatch.setattr(training, "problem_specs", lambda count, seed: specs[:count])
+    monkeypatch.setattr(problems, "layered_graph", lambda seed: layered_dag(seed, num_ops=30))
+    config = SteeringTrainConfig(problems=4, validation_every=4, steps=3, population=2, iterations=2, evaluate_every=1,
+                                 checkpoint_seconds=0.0)
+    pretrain_steering(config, tmp_path, log=lambda line: None, command="test")
+    record = json.loads((tmp_path / "pretrain.json").read_text())
+    assert [v["iteration"] for v in record["validation"]] == [0, 1, 2]
+    assert set(record["seconds"]) == {"problems", "training"}
+    assert SteeringPolicy.load(tmp_path / "policy.json").made_by["iterations"] == 2
+    lines = []
+    pretrain_steering(SteeringTrainConfig(**{**config.__dict__, "iterations": 3}), tmp_path, log=lines.append)
+    assert lines[0] == "resumed at iteration 2" and "iteration 3: validation reward" in lines[-1]
