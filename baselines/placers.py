@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
-from baselines.anneal import ANNEAL_SECONDS, anneal_from_best
+from baselines.anneal import ANNEAL_SECONDS, Proposals, anneal_from_best
 from baselines.contiguous import contiguous_placer
 from baselines.critical_path import critical_path_first
 from baselines.heft import heft
@@ -46,19 +47,27 @@ SEARCH_STARTS = ("single", "m-topo", "m-etf", "heft", "metis", "critical-path", 
 QUICK_STARTS = ("single", "m-topo")
 
 
-def search_placers(budget_seconds: float | None = None, contiguous: bool = False) -> dict[str, Placer]:
+def search_placers(budget_seconds: float | None = None, contiguous: bool = False,
+                   proposals: Callable[[ComputationGraph, Cluster], Proposals] | None = None) -> dict[str, Placer]:
     """The search placers, ``local-search`` and ``anneal``, each taking ``budget_seconds`` for a whole call (None:
     their defaults, 200 rounds or 0.8 s per start for the local search and 4 s for the annealing);
-    ``contiguous``: in contiguous mode, from the contiguous start placers (:mod:`baselines.contiguous`)."""
+    ``contiguous``: in contiguous mode, from the contiguous start placers (:mod:`baselines.contiguous`).
+    With ``proposals`` (a steered search's, :mod:`agents.steering`), also ``steered``: the annealing with
+    everything but its neighbours' draws the same (its starts, settings and budget)."""
     if budget_seconds is not None and not 0 < budget_seconds < float("inf"):
         raise ValueError(f"a search budget must be positive and finite seconds, got {budget_seconds!r}")
     constructive = CONTIGUOUS_CONSTRUCTIVE if contiguous else CONSTRUCTIVE
     checked = contiguous_placer if contiguous else within_memory
     starts = {name: constructive[name] for name in SEARCH_STARTS}
-    return {"local-search": checked(local_search_from_best(starts, budget_seconds=budget_seconds,
-                                                           quick_starts=QUICK_STARTS, contiguous=contiguous)),
-            "anneal": checked(anneal_from_best(starts, budget_seconds or ANNEAL_SECONDS,
-                                               quick_starts=QUICK_STARTS, contiguous=contiguous))}
+    placers = {"local-search": checked(local_search_from_best(starts, budget_seconds=budget_seconds,
+                                                              quick_starts=QUICK_STARTS, contiguous=contiguous)),
+               "anneal": checked(anneal_from_best(starts, budget_seconds or ANNEAL_SECONDS,
+                                                  quick_starts=QUICK_STARTS, contiguous=contiguous))}
+    if proposals is not None:
+        placers["steered"] = checked(anneal_from_best(starts, budget_seconds or ANNEAL_SECONDS,
+                                                      quick_starts=QUICK_STARTS, contiguous=contiguous,
+                                                      proposals=proposals))
+    return placers
 
 
 def placers_with_budget(budget_seconds: float | None, contiguous: bool = False) -> dict[str, Placer]:

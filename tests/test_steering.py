@@ -101,18 +101,20 @@ def test_the_training_problems_leave_the_held_out_seeds_out():
 
 def test_the_pretraining_writes_its_policy_and_resumes(tmp_path, monkeypatch):
     import agents.steering.problems as problems
-    import agents.steering.training as training
 
     specs = [{"graph": f"layered/{i}", "nodes": [["p100", 3]], "microbatches": 1, "schedule": "1f1b"}
              for i in range(4)]
-    monkeypatch.setattr(training, "problem_specs", lambda count, seed: specs[:count])
     monkeypatch.setattr(problems, "layered_graph", lambda seed: layered_dag(seed, num_ops=30))
-    config = SteeringTrainConfig(problems=4, validation_every=4, steps=3, population=2, iterations=2, evaluate_every=1,
+    config = SteeringTrainConfig(validation_every=4, steps=3, population=2, iterations=2, evaluate_every=1,
                                  checkpoint_seconds=0.0)
+    with pytest.raises(ValueError, match="holds 0 problems within memory: too few to train on"):
+        pretrain_steering(config, tmp_path, log=lambda line: None)
+    assert problems.write_problems(tmp_path / "problems.jsonl", specs, log=lambda line: None) == 4
+    assert problems.write_problems(tmp_path / "problems.jsonl", specs[:2], log=lambda line: None) == 4  # kept
     pretrain_steering(config, tmp_path, log=lambda line: None, command="test")
     record = json.loads((tmp_path / "pretrain.json").read_text())
     assert [v["iteration"] for v in record["validation"]] == [0, 1, 2]
-    assert set(record["seconds"]) == {"problems", "training"}
+    assert set(record["seconds"]) == {"training"}
     assert SteeringPolicy.load(tmp_path / "policy.json").made_by["iterations"] == 2
     lines = []
     pretrain_steering(SteeringTrainConfig(**{**config.__dict__, "iterations": 3}), tmp_path, log=lines.append)

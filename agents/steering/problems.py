@@ -148,3 +148,22 @@ def read_problem_lines(path: str | os.PathLike) -> Iterator[dict]:
                 yield json.loads(text)
             except json.JSONDecodeError:
                 continue
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agents.steering.problems --out FILE [--count N] [--seed S]``: write (or complete) the problems
+    file; a line of progress every 25 problems."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m agents.steering.problems", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="the problems file (JSON lines), appended to")
+    parser.add_argument("--count", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    held = write_problems(args.out, problem_specs(args.count, args.seed), lambda line: print(line, flush=True))
+    print(f"{args.out}: {held} problems", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

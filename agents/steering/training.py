@@ -15,14 +15,16 @@ mu +- eps (the same seed for both: common random numbers); the gradient of the e
 ``T_plain`` only scales, so training divides by the start's makespan instead (a third fewer runs); the logged
 training reward is therefore the improvement over the start. A makespan out of memory counts as the makespan
 times (1 + overflow / the cluster's memory). Every ``validation_every``-th problem (by its index in the problems
-file, so that the set stays when the file grows) is never trained on: every ``evaluate_every`` iterations the mean
-policy is run on those against plain annealing (seed: the problem's index), the reward above.
+file, so that the set stays when the file grows) is never trained on; every ``evaluate_every`` iterations the mean
+policy is run on the first ``validation_problems`` of them against plain annealing (seed: the problem's index),
+the reward above.
 
-:func:`pretrain_steering` runs it in stages that resume: the problems (:mod:`agents.steering.problems`, a line
-per problem appended to ``problems.jsonl``), then the iterations, checkpointed (``checkpoint.json``: mu, Adam's
-moments, the random state, the log) every ``checkpoint_seconds``; the policy (``policy.json``) and the record
-(``pretrain.json``: the config, the command, the seconds of each stage, the validation curve) are rewritten at
-each checkpoint.
+:func:`pretrain_steering` trains on the problems of ``problems.jsonl`` in its folder, written by
+``python -m agents.steering.problems`` (a job of its own, which may run beside it: the file is read again at
+each checkpoint, so the training takes up problems as they come). It resumes: the iterations are checkpointed
+(``checkpoint.json``: mu, Adam's moments, the random state, the cached plain validation runs) every
+``checkpoint_seconds``; the policy (``policy.json``) and the record (``pretrain.json``: the config, the command,
+the training seconds, the validation curve) are rewritten at each checkpoint.
 """
 
 from __future__ import annotations
@@ -41,16 +43,15 @@ from baselines.anneal import anneal_units
 from placement_env.json_files import read_json_file, write_json_file
 
 from .policy import SteeredProposals, SteeringPolicy
-from .problems import TrainingProblem, build_problem, problem_specs, read_problem_lines, write_problems
+from .problems import TrainingProblem, build_problem, read_problem_lines
 
 
 @dataclass(frozen=True)
 class SteeringTrainConfig:
     """The pretraining's settings (module docstring)."""
 
-    problems: int = 2000
-    problem_seed: int = 0
     validation_every: int = 20
+    validation_problems: int = 40
     steps: int = 60
     population: int = 8
     sigma: float = 0.5
@@ -112,17 +113,21 @@ def pretrain_steering(config: SteeringTrainConfig, out: str | Path, log: Callabl
     out.mkdir(parents=True, exist_ok=True)
     record_path, checkpoint_path = out / "pretrain.json", out / "checkpoint.json"
     record: dict[str, Any] = read_json_file(record_path) if record_path.exists() else {
-        "config": asdict(config), "command": command, "seconds": {"problems": 0.0, "training": 0.0},
-        "validation": []}
-    began = time.perf_counter()
-    total = write_problems(out / "problems.jsonl", problem_specs(config.problems, config.problem_seed), log)
-    record["seconds"]["problems"] += time.perf_counter() - began
-    lines = [line for line in read_problem_lines(out / "problems.jsonl") if "start" in line]
-    problems = _Problems(lines)
-    validation = list(range(0, len(problems), config.validation_every))
-    training = np.setdiff1d(np.arange(len(problems)), validation)
+        "config": asdict(config), "command": command, "seconds": {"training": 0.0}, "validation": []}
+    problems_file = out / "problems.jsonl"
+    problems = _Problems([])
+
+    def read_problems() -> tuple[list[int], np.ndarray]:
+        """Take up the problems written since; the validation and training indices."""
+        lines = list(read_problem_lines(problems_file)) if problems_file.exists() else []
+        problems.lines = [line for line in lines if "start" in line]
+        held_out = np.arange(0, len(problems), config.validation_every)
+        return held_out[:config.validation_problems].tolist(), np.setdiff1d(np.arange(len(problems)), held_out)
+
+    validation, training = read_problems()
     if training.size < config.population:
-        raise ValueError(f"{len(problems)} problems fit in memory of {total}: too few to train on")
+        raise ValueError(f"{problems_file} holds {len(problems)} problems within memory: too few to train on "
+                         f"(write them with python -m agents.steering.problems)")
     k = SteeringPolicy().vector.size
     if checkpoint_path.exists():
         state = read_json_file(checkpoint_path)
@@ -175,6 +180,7 @@ def pretrain_steering(config: SteeringTrainConfig, out: str | Path, log: Callabl
             record["seconds"]["training"] += time.perf_counter() - training_began
             training_began = saved = time.perf_counter()
             save()
+            validation, training = read_problems()
     record["seconds"]["training"] += time.perf_counter() - training_began
     save()
     return SteeringPolicy.from_vector(mu, {"command": command, "iterations": iteration})
@@ -185,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agents.steering.training", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     defaults = SteeringTrainConfig()
-    for name in ("problems", "validation_every", "steps", "population", "iterations", "evaluate_every", "seed"):
+    for name in ("validation_every", "validation_problems", "steps", "population", "iterations", "evaluate_every",
+                 "seed"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     for name in ("sigma", "learning_rate", "checkpoint_seconds"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=getattr(defaults, name))
