@@ -2,6 +2,7 @@
 
     python -m agents.benchmark --budget-seconds 10 --out experiments/benchmark --workers 2
     python -m agents.benchmark --budgets 0.3 1 3 10 30 --large --out experiments/anytime   # the anytime curve
+    python -m agents.benchmark --budgets 1 3 10 --pipelined --no-real --seeds 100 --methods anneal,steered
     python -m agents.benchmark --graph my_model.json --devices 4 --methods heft,anneal,fine-tuned
 
 A thin command line over :func:`agents.paper.benchmark.run_benchmark` (the cells, the methods, the cache and the
@@ -24,6 +25,7 @@ from agents.paper.benchmark_cells import (
     has_module_names,
     large_cells,
     methods,
+    pipelined_cells,
 )
 from placement_env.checks import checked_finite
 from placement_env.cli import OneLineParser, add_step_args, check_output_paths, run_cli
@@ -55,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large", action="store_true",
                         help="also the cells where search has not converged: the zoo's transformers on 1 and 2 "
                              "nodes of 8 A100s, NASNet-A / PNASNet-5 Large on 16, 32 and 64 P100s")
+    parser.add_argument("--pipelined", action="store_true",
+                        help="also the pipelined cells: the zoo's transformers on 1 and 2 nodes of 8 A100s, 8 "
+                             "micro-batches under 1F1B, every method in contiguous mode (pipeline stages)")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(HELD_OUT_SEEDS),
                         help="held-out seeds of the suites (default 100-104; all must be >= 100)")
     parser.add_argument("--no-real", action="store_true", help="leave out the six real models")
@@ -90,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                 cells += [cell(model, 8) for model in REAL]
         if args.large:
             cells += large_cells(step)
+        if args.pipelined:
+            cells += pipelined_cells()
         for c in cells:
             if not c.cluster_file:
                 c.preset()  # a --per-node that does not divide the devices: one error line

@@ -1,14 +1,19 @@
-"""Place a graph with the pretrained policy: ``python -m agents.place`` (and ``agents.place(graph, cluster)``).
+"""Place a graph with a pretrained policy: ``python -m agents.place`` (and ``agents.place(graph, cluster)``).
 
     python -m agents.place --graph cifar10/3 --devices 3 --budget-seconds 30 --out placement.json
     python -m agents.place --graph resnet50 --devices 8 --zero-shot
+    python -m agents.place --graph gpt2 --devices 16 --per-node 8 --microbatches 8 --contiguous --method steered
 
-A thin command line over :func:`agents.learned.placer.place` (zero-shot: one forward pass; fine-tuned: the policy
-and the annealing search the graph for ``--budget-seconds``). It prints the placement's simulated step time beside
-the best of the fast classical placers and the lower bound, and writes the placement with ``--out``. Ctrl-C (or
-SIGTERM) during the search stops it: the best placement found so far is reported and written, and the command
-exits with status 130 (143). This module
-is callable: ``import agents; agents.place(graph, cluster, ...)`` calls :func:`agents.learned.placer.place`.
+A thin command line over two learned methods: ``--method fine-tuned`` (the default) and ``zero-shot``,
+:func:`agents.learned.placer.place` (zero-shot: one forward pass; fine-tuned: the policy and the annealing search
+the graph for ``--budget-seconds``), and ``--method steered``, the annealing steered by a policy
+(:mod:`agents.steering`: any cluster, ``--contiguous`` for pipeline stages). It prints the placement's simulated
+step time beside the best of the fast classical placers and the lower bound; after a search it also runs the
+plain annealing for the same budget (so the command takes twice ``--budget-seconds``) and prints it on the
+learned line, whichever wins; it writes the faster of the two with ``--out``, saying which. Ctrl-C (or SIGTERM)
+during the fine-tuned search stops it: the best placement found so far is reported and written, and the command
+exits with status 130 (143). This module is callable: ``import agents; agents.place(graph, cluster, ...)`` calls
+:func:`agents.learned.placer.place`.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from placement_env.sim.pipeline import Step
 DEFAULT_BUDGET_SECONDS = 10.0  # agents.learned.placer.DEFAULT_BUDGET_SECONDS (a test holds them equal)
 DEFAULT_SAMPLES = 512  # agents.learned.placer.DEFAULT_SAMPLES
 MAX_SAMPLES = 65_536  # agents.learned.placer.MAX_SAMPLES (a test holds them equal)
+METHODS = ("fine-tuned", "zero-shot", "steered")
 
 
 def build_parser() -> OneLineParser:
@@ -48,8 +54,15 @@ def build_parser() -> OneLineParser:
                                                         "shipped one), or a checkpoint of train.py")
     parser.add_argument("--budget-seconds", type=float, metavar="S",
                         help=f"fine-tune on this graph for S seconds in all (default {DEFAULT_BUDGET_SECONDS:g})")
-    parser.add_argument("--zero-shot", action="store_true",
-                        help="no fine-tuning: one forward pass and the best of the sampled placements")
+    parser.add_argument("--method", choices=METHODS, default="fine-tuned",
+                        help="fine-tuned (default): the placement policy fine-tuned by search; zero-shot: one "
+                             "forward pass; steered: the annealing steered by --steering-policy")
+    parser.add_argument("--zero-shot", action="store_true", help="the same as --method zero-shot")
+    parser.add_argument("--steering-policy", metavar="FILE",
+                        help="with --method steered: a policy from python -m agents.steering.training (default: the "
+                             "shipped one)")
+    parser.add_argument("--contiguous", action="store_true",
+                        help="with --method steered: pipeline stages in program order, as pipeline runtimes run them")
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="placements drawn per forward pass")
     parser.add_argument("--passes", type=int, default=1,
                         help="with --zero-shot: forward passes, each showing the policy the best placement so far "
@@ -64,11 +77,22 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def run() -> int:
+        if args.zero_shot:
+            if args.method not in ("fine-tuned", "zero-shot"):
+                raise ValueError(f"--zero-shot is --method zero-shot; it cannot go with --method {args.method}")
+            args.method = "zero-shot"
         if args.budget_seconds is not None:
             if not checked_finite("--budget-seconds", args.budget_seconds) > 0:
                 raise ValueError(f"--budget-seconds must be positive, got {args.budget_seconds!r}")
-            if args.zero_shot:
+            if args.method == "zero-shot":
                 raise ValueError("--zero-shot takes no --budget-seconds (it does not search)")
+        if args.method != "steered" and (args.contiguous or args.steering_policy is not None):
+            raise ValueError(f"{'--contiguous' if args.contiguous else '--steering-policy'} is for --method "
+                             f"steered (the {args.method} placer places freely, with its own policy)")
+        if args.method == "steered" and (args.policy is not None or args.passes > 1):
+            raise ValueError(f"{'--policy' if args.policy is not None else '--passes'} is for the fine-tuned and "
+                             "zero-shot placers (--method steered takes --steering-policy)")
+        args.zero_shot = args.method == "zero-shot"
         if checked_count("--samples", args.samples, 1) > MAX_SAMPLES:
             raise ValueError(f"--samples must be at most {MAX_SAMPLES:,} (placements drawn and judged at once), "
                              f"got {args.samples:,}")
@@ -78,22 +102,35 @@ def main(argv: list[str] | None = None) -> int:
         check_output_paths(args.out)
         graph, cluster = graph_and_cluster_from_args(args)
         step = Step(**checked_step_args(args, graph))
-        if args.policy is not None and not os.path.isfile(args.policy):
-            raise ValueError(f"--policy: no such file: {args.policy!r}")
-        from agents.learned import placer, report  # torch: loaded once the input is checked
+        for option, path in (("--policy", args.policy), ("--steering-policy", args.steering_policy)):
+            if path is not None and not os.path.isfile(path):
+                raise ValueError(f"{option}: no such file: {path!r}")
+        budget = DEFAULT_BUDGET_SECONDS if args.budget_seconds is None else args.budget_seconds
+        if args.method == "steered":
+            from agents.steering.placer import steered_search
 
-        budget = placer.DEFAULT_BUDGET_SECONDS if args.budget_seconds is None else args.budget_seconds
+            result = steered_search(graph, cluster, budget, args.steering_policy, args.contiguous, args.seed, step)
+        else:
+            from agents.learned import placer  # torch: loaded once the input is checked
 
-        def searching() -> None:
-            print(f"searching for {budget:g} s (Ctrl-C stops it and keeps the best placement so far)", flush=True)
+            def searching() -> None:
+                print(f"searching for {budget:g} s (Ctrl-C stops it and keeps the best placement so far)",
+                      flush=True)
 
-        result = placer.place(graph, cluster, args.policy, args.budget_seconds, args.zero_shot, args.seed,
-                              args.samples, step=step, passes=args.passes, on_search=searching)
+            result = placer.place(graph, cluster, args.policy, args.budget_seconds, args.zero_shot, args.seed,
+                                  args.samples, step=step, passes=args.passes, on_search=searching)
+        from agents.learned import report
+
+        against = None if args.zero_shot or result.interrupted else \
+            report.anneal_at_budget(graph, cluster, budget, args.seed, step, args.contiguous)
         with ignore_interrupts():  # the best placement found is reported and written whole
-            print(report.placement_report(graph, cluster, result, args.seed, step))
+            print(report.placement_report(graph, cluster, result, args.seed, step, against))
             if args.out:
-                write_placement(result.placement, args.out)
-                print(f"placement in {args.out}")
+                faster = against is not None and (against.overflow, against.makespan) < (result.overflow,
+                                                                                          result.makespan)
+                write_placement(against.placement if against is not None and faster else result.placement,
+                                args.out)
+                print(f"placement in {args.out}" + (" (the annealing's: it was faster)" if faster else ""))
         if result.interrupted:
             return interrupted(Terminated() if result.terminated else KeyboardInterrupt(),
                                f"the search stopped after {result.seconds:.1f} s; the best placement found so far "

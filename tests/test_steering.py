@@ -99,6 +99,18 @@ def test_the_training_problems_leave_the_held_out_seeds_out():
     assert any(s["microbatches"] > 1 for s in specs) and any(len({k for k, _ in s["nodes"]}) == 2 for s in specs)
 
 
+def test_a_problem_takes_the_most_micro_batches_that_divide_its_batch(monkeypatch):
+    import agents.steering.problems as problems
+
+    traced = ComputationGraph(chain().nodes, chain().edges(), name="traced", batch=20)
+    assert problems.microbatches_for(traced, 8) == 5 and problems.microbatches_for(traced, 4) == 4
+    assert problems.microbatches_for(chain(), 8) == 8  # no batch recorded: as drawn
+    monkeypatch.setattr(problems, "problem_graph", lambda name: traced)
+    spec = {"graph": "ptb/52", "nodes": [["p100", 2]], "microbatches": 8, "schedule": "gpipe"}
+    problem = problems.build_problem(spec)
+    assert problem.step.microbatches == 5 and problem.step.schedule == "gpipe" and problem.start.size == 3
+
+
 def test_the_pretraining_writes_its_policy_and_resumes(tmp_path, monkeypatch):
     import agents.steering.problems as problems
 
@@ -119,3 +131,75 @@ def test_the_pretraining_writes_its_policy_and_resumes(tmp_path, monkeypatch):
     lines = []
     pretrain_steering(SteeringTrainConfig(**{**config.__dict__, "iterations": 3}), tmp_path, log=lines.append)
     assert lines[0] == "resumed at iteration 2" and "iteration 3: validation reward" in lines[-1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--contiguous"], "--contiguous is for --method steered"),
+    (["--method", "steered", "--zero-shot"], "--zero-shot is --method zero-shot; it cannot go with --method steered"),
+    (["--method", "steered", "--steering-policy", "missing.json"], "--steering-policy: no such file"),
+    (["--method", "steered", "--passes", "2"], "--passes is for the fine-tuned and zero-shot placers"),
+    (["--method", "steered", "--budget-seconds", "nan"], "--budget-seconds"),
+])
+def test_the_place_command_s_steered_errors_are_one_line(args, message, capsys):
+    from agents.place import main
+
+    assert main(["--graph", "default", "--devices", "3"] + args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and message in err[0], err
+
+
+def test_the_place_command_steers_on_any_cluster_and_compares_with_anneal_on_one_line(tmp_path, capsys):
+    from agents.place import main
+    from placement_env.graph.placement_io import read_placement
+    from placement_env.zoo.registry import load_graph
+
+    policy = tmp_path / "steer.json"
+    SteeringPolicy(device=(1.0, -1.0, 0.0, 0.0, 0.0)).save(policy)
+    out = tmp_path / "placement.json"
+    assert main(["--graph", "default", "--devices", "12", "--method", "steered", "--steering-policy", str(policy),
+                 "--budget-seconds", "0.3", "--contiguous", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    line = next(line for line in printed if line.strip().startswith("learned (steered"))
+    assert "; anneal at the same budget (" in line and ("learned ahead" in line or "anneal ahead" in line
+                                                        or line.endswith("tie"))
+    graph = load_graph("default")
+    from baselines.stages import is_contiguous
+
+    assert is_contiguous(graph, read_placement(out, graph))
+    (tmp_path / "bad.json").write_text('{"format": "something else"}')
+    assert main(["--graph", "default", "--devices", "3", "--method", "steered", "--steering-policy",
+                 str(tmp_path / "bad.json")]) == 2
+    assert "bad.json' is not a steering policy" in capsys.readouterr().err
+
+
+def test_the_benchmark_runs_the_steered_search_and_contiguous_cells(tmp_path, monkeypatch):
+    import agents.paper.benchmark as benchmark
+    from agents.paper.benchmark_cells import Cell, pipelined_cells
+    from baselines.stages import is_contiguous
+    from placement_env.sim.pipeline import Step
+
+    policy = tmp_path / "steer.json"
+    SteeringPolicy(device=(1.0, 0.0, 0.0, 0.0, 0.0)).save(policy)
+    monkeypatch.setattr(benchmark, "SHIPPED_POLICY", policy)
+    monkeypatch.setattr(benchmark, "steered_placer",
+                        lambda budget, contiguous=False: benchmark_steered(budget, policy, contiguous))
+    cell = Cell("default", 4, contiguous=True)
+    assert cell.key == "default_4gpu_contiguous"
+    for method in ("anneal", "steered", "split"):
+        record = benchmark.run_method(method, cell, 0.2 if method != "split" else None, None)
+        assert "error" not in record, record
+    assert "no contiguous mode" in benchmark.run_method("fine-tuned", cell, 0.2, None)["error"]
+    graph, cluster = cell.load()
+    placement = benchmark_steered(0.2, policy, True)(graph, cluster, 0)
+    assert is_contiguous(graph, placement)
+    digests = {benchmark.method_inputs(c, "steered", 1.0, None) for c in (cell, Cell("default", 4))}
+    assert len(digests) == 2  # contiguity and the steering policy are in the cache key
+    cells = pipelined_cells()
+    assert len(cells) == 12 and all(c.contiguous and c.step == Step(8, "1f1b") for c in cells)
+    assert cells[0].key == "gpt2_8xa100-nvlink_m8-1f1b_contiguous"
+
+
+def benchmark_steered(budget, path, contiguous):
+    from agents.steering.placer import steered_placer
+
+    return steered_placer(budget, SteeringPolicy.load(path), contiguous)

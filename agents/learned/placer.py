@@ -31,7 +31,6 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ from placement_env.sim.pipeline import PLAIN_STEP, Step
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 
 from .policy_file import ALGO, load_policy, shipped_policy_path
+from .result import LearnedPlacement
 
 DEFAULT_BUDGET_SECONDS = 10.0
 DEFAULT_SAMPLES = 512
@@ -70,22 +70,6 @@ INCUMBENT_SHARE: float | None = 0.75  # a round's share continuing the best plac
 ROLLOUT_STEPS = 10  # environment steps a policy of another algorithm takes
 PROPOSAL_SHARE = 0.1  # fine-tuning judges the policy's first proposals for at most this part of the budget
 FIRST_JUDGED = 8  # proposals judged first, to time a simulation of the step
-
-
-@dataclass(frozen=True)
-class LearnedPlacement:
-    """A placement by the learned placer: a device per node of the graph given, its simulated makespan (s) and
-    memory overflow (bytes, 0 when it fits), the seconds taken, ``method`` (``zero-shot``, ``fine-tuned`` or
-    ``rollout``) and the search rounds run."""
-
-    placement: np.ndarray
-    makespan: float
-    overflow: float
-    seconds: float
-    method: str
-    rounds: int
-    interrupted: bool = False  # Ctrl-C or SIGTERM stopped the search: the best placement found until then
-    terminated: bool = False  # it was SIGTERM
 
 
 def checked_budget(budget_seconds: float) -> float:

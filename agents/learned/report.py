@@ -3,29 +3,55 @@ bound, so that its number means something."""
 
 from __future__ import annotations
 
+import time
+
+import numpy as np
+
 from baselines.compare import FAST_COMPARED, best_row, compare_placers
-from baselines.placers import PLACERS
+from baselines.placers import PLACERS, search_placers
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
 from placement_env.sim.pipeline import PLAIN_STEP, Step, stepped_graph
-from placement_env.sim.simulator import lower_bound
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, lower_bound
 
-from .placer import LearnedPlacement
+from .result import LearnedPlacement
+
+
+def anneal_at_budget(graph: ComputationGraph, cluster: Cluster, budget_seconds: float, seed: int = 0,
+                     step: Step = PLAIN_STEP, contiguous: bool = False) -> LearnedPlacement:
+    """The ``anneal`` placer (its own starts and settings) with ``budget_seconds``, as a learned search is
+    compared with it."""
+    began = time.perf_counter()
+    placement = search_placers(budget_seconds, contiguous)["anneal"](graph, cluster, seed, step=step)
+    seconds = time.perf_counter() - began
+    return LearnedPlacement(placement, *judged(graph, cluster, placement, step), seconds, "anneal", 0)
+
+
+def judged(graph: ComputationGraph, cluster: Cluster, placement, step: Step = PLAIN_STEP) -> tuple[float, float]:
+    """``(makespan s, memory overflow bytes)`` of ``placement`` under ``step``."""
+    makespan, peak, _ = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step).run(placement)
+    return float(makespan), float(np.maximum(0.0, peak - cluster.memory).sum())
 
 
 def placement_report(graph: ComputationGraph, cluster: Cluster, result: LearnedPlacement, seed: int = 0,
-                     step: Step = PLAIN_STEP) -> str:
-    """Lines: the graph, cluster and step; ``result`` (ms, times the lower bound, the method and its seconds); the
-    best of the fast placers (:data:`baselines.compare.FAST_COMPARED`, placed now with ``seed``, judged by
-    ``step``) and how much faster or slower the learned placement is; the lower bound (of ``step``)."""
+                     step: Step = PLAIN_STEP, against: LearnedPlacement | None = None) -> str:
+    """Lines: the graph, cluster and step; ``result`` (ms, times the lower bound, the method and its seconds) and,
+    with ``against`` (:func:`anneal_at_budget`), the annealing at the same budget on the same line, and which is
+    faster; the best of the fast placers (:data:`baselines.compare.FAST_COMPARED`, placed now with ``seed``,
+    judged by ``step``) and how much faster or slower the learned placement is; the lower bound (of ``step``)."""
     bound = lower_bound(stepped_graph(graph, step.microbatches), cluster)
     fast = best_row(compare_placers(graph, cluster, {name: PLACERS[name] for name in FAST_COMPARED}, seed,
                                     step=step))
     how = result.method + (", interrupted" if result.interrupted else "")
     pipelined = f", {step.describe()}" if step.pipelined else ""
-    lines = [f"{graph.name} on {cluster.num_devices} devices ({cluster.name}{pipelined}):",
-             f"  {'learned (' + how + f', {result.seconds:.1f} s)':<34} {result.makespan * 1e3:>10.3f} ms  "
-             f"{result.makespan / bound:.3f} x lower bound"]
+    learned = (f"  {'learned (' + how + f', {result.seconds:.1f} s)':<34} {result.makespan * 1e3:>10.3f} ms  "
+               f"{result.makespan / bound:.3f} x lower bound")
+    if against is not None:
+        change = result.makespan / against.makespan - 1.0
+        who = "tie" if abs(change) < 5e-4 else "learned ahead" if change < 0 else "anneal ahead"
+        learned += (f"; anneal at the same budget ({against.seconds:.1f} s) {against.makespan * 1e3:.3f} ms: "
+                    f"learned {100 * change:+.1f}%, {who}")
+    lines = [f"{graph.name} on {cluster.num_devices} devices ({cluster.name}{pipelined}):", learned]
     if fast is None or fast.makespan is None:
         lines.append(f"  {'fast classical placers':<34} none fits in memory")
     else:

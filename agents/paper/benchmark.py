@@ -8,7 +8,8 @@ cell:
 * ``local-search`` and ``anneal`` with ``--budget-seconds`` each (their start placers included);
 * ``learned-scratch``: the guided search (:func:`agents.learned.placer.place`) with an untrained policy, same budget;
 * ``zero-shot``: the pretrained policy, one forward pass and the best of its samples;
-* ``fine-tuned``: the pretrained policy fine-tuned on the cell, same budget.
+* ``fine-tuned``: the pretrained policy fine-tuned on the cell, same budget;
+* ``steered``: the annealing steered by the shipped steering policy (:mod:`agents.steering`), same budget.
 
 Each result is cached (written atomically, by the driver alone) in ``--out/runs/<cell>/<method>-<digest>.json``,
 keyed by everything that determines it (:func:`method_inputs`: the graph's and the cluster's content, the method,
@@ -37,9 +38,16 @@ import numpy as np
 from agents.jobs import IN_PROCESS, FanOut, Job, JobRunner, failures, run_jobs
 from agents.learned.placer import place
 from agents.learned.policy_file import new_network, shipped_policy_path
+from agents.steering.placer import SHIPPED_POLICY, steered_placer
 from agents.training.lock import OutputLock
 from baselines.memory import PlacementInfeasibleError
-from baselines.placers import CONSTRUCTIVE, RUNTIME_DEFAULTS, search_placers
+from baselines.placers import (
+    CONSTRUCTIVE,
+    CONTIGUOUS_CONSTRUCTIVE,
+    CONTIGUOUS_RUNTIME_DEFAULTS,
+    RUNTIME_DEFAULTS,
+    search_placers,
+)
 from baselines.starts import run_placer
 from placement_env.graph.io import graph_digest
 from placement_env.json_files import digest_of, write_text_atomically
@@ -62,10 +70,17 @@ def run_method(method: str, cell: Cell, budget_seconds: float | None, policy: st
                     "lower_bound": float(simulator.lower_bound)}
     began = time.perf_counter()
     try:
-        if method in CONSTRUCTIVE or method in SEARCHES or method in RUNTIME_DEFAULTS:
-            placer = (CONSTRUCTIVE[method] if method in CONSTRUCTIVE else RUNTIME_DEFAULTS[method]
-                      if method in RUNTIME_DEFAULTS else search_placers(checked_budget(budget_seconds))[method])
+        if method == "steered":
+            placement = run_placer(steered_placer(checked_budget(budget_seconds), contiguous=cell.contiguous),
+                                   graph, cluster, seed, step)
+        elif method in CONSTRUCTIVE or method in SEARCHES or method in RUNTIME_DEFAULTS:
+            constructive = CONTIGUOUS_CONSTRUCTIVE if cell.contiguous else CONSTRUCTIVE
+            runtime = CONTIGUOUS_RUNTIME_DEFAULTS if cell.contiguous else RUNTIME_DEFAULTS
+            placer = (constructive[method] if method in constructive else runtime[method] if method in runtime
+                      else search_placers(checked_budget(budget_seconds), cell.contiguous)[method])
             placement = run_placer(placer, graph, cluster, seed, step)
+        elif cell.contiguous:  # the placement policy places freely: a row that says so, not a failed run
+            raise PlacementInfeasibleError(f"{method}: the learned placement policy has no contiguous mode")
         else:
             network = new_network() if method == "learned-scratch" else policy
             budget = None if method == "zero-shot" else checked_budget(budget_seconds)
@@ -103,7 +118,8 @@ def verdict(table: dict[str, dict[str, dict]]) -> dict:
     """What the numbers say (per cell: the best non-learned makespan, the learned ones against it)."""
     non_learned = [m for m in next(iter(table.values())) if m not in LEARNED]
     out: dict = {"cells": len(table)}
-    for learned, against in (("fine-tuned", "best"), ("zero-shot", "heft"), ("learned-scratch", "best")):
+    for learned, against in (("fine-tuned", "best"), ("zero-shot", "heft"), ("learned-scratch", "best"),
+                             ("steered", "best")):
         gaps, oom_where_feasible = [], 0
         for row in table.values():
             reference = non_learned if against == "best" else [m for m in ("heft",) if m in row]
@@ -182,8 +198,12 @@ def method_inputs(cell: Cell, method: str, budget_seconds: float | None, policy:
                   "budget_seconds": budget_seconds, "seed": seed}
     if cell.step.pipelined:  # the plain step's digests stay those of the records cached before pipelining
         data["step"] = list(cell.step)
+    if cell.contiguous:
+        data["contiguous"] = True
     if method in ("zero-shot", "fine-tuned"):
         data["policy"] = hashlib.sha256(Path(policy or shipped_policy_path()).read_bytes()).hexdigest()
+    if method == "steered":
+        data["steering_policy"] = hashlib.sha256(SHIPPED_POLICY.read_bytes()).hexdigest()
     return digest_of(data)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from baselines.placers import CONSTRUCTIVE, RUNTIME_DEFAULTS
@@ -15,8 +15,8 @@ HELD_OUT_SEEDS = tuple(range(100, 105))
 SUITES = tuple(SUITE_NAMES)  # ptb, cifar10, nmt
 REAL = tuple(REAL_MODELS)  # the six real models
 SEARCHES = ("local-search", "anneal")
-LEARNED = ("learned-scratch", "zero-shot", "fine-tuned")
-BUDGETED = (*SEARCHES, "learned-scratch", "fine-tuned")  # the methods whose result depends on the budget
+LEARNED = ("learned-scratch", "zero-shot", "fine-tuned", "steered")
+BUDGETED = (*SEARCHES, "learned-scratch", "fine-tuned", "steered")  # the methods whose result depends on the budget
 TRANSFORMERS = ("gpt2", "gpt2-medium", "bert-base", "bert-large", "llama-1b", "vit-b16")
 RUNTIME = tuple(RUNTIME_DEFAULTS)  # what accelerate and DeepSpeed do by default: graphs with module names only
 
@@ -24,7 +24,8 @@ RUNTIME = tuple(RUNTIME_DEFAULTS)  # what accelerate and DeepSpeed do by default
 @dataclass(frozen=True)
 class Cell:
     """One benchmark cell: a graph (name or file) on a cluster (``devices`` identical devices of ``device_kind``,
-    in nodes of ``per_node`` when given, or a file), judged by ``step`` (the plain step, or a pipelined one)."""
+    in nodes of ``per_node`` when given, or a file), judged by ``step`` (the plain step, or a pipelined one);
+    ``contiguous``: every method must give pipeline stages in program order (:mod:`baselines.stages`)."""
 
     graph: str
     devices: int | None = None
@@ -32,12 +33,13 @@ class Cell:
     step: Step = PLAIN_STEP
     device_kind: str = DEFAULT_KIND
     per_node: int | None = None
+    contiguous: bool = False
 
     @property
     def key(self) -> str:
         """The cell's name in the cache and the table: ``<graph>_<devices>gpu`` (P100s), ``<graph>_<preset cluster
         name>`` (another kind, or nodes: ``gpt2_2x8xa100-nvlink``) or ``<graph>_<cluster file stem>``, then
-        ``_m<microbatches>-<schedule>`` for a pipelined step."""
+        ``_m<microbatches>-<schedule>`` for a pipelined step, then ``_contiguous`` for a contiguous cell."""
         if self.cluster_file:
             where = Path(self.cluster_file).stem
         elif self.device_kind == DEFAULT_KIND and self.per_node is None:
@@ -47,7 +49,7 @@ class Cell:
         graph = Path(self.graph).name.removesuffix(".gz").removesuffix(".json") if Path(self.graph).suffix in (
             ".json", ".gz") else self.graph.replace("/", "-")
         pipelined = f"_m{self.step.microbatches}-{self.step.schedule}" if self.step.pipelined else ""
-        return f"{graph}_{where}{pipelined}"
+        return f"{graph}_{where}{pipelined}" + ("_contiguous" if self.contiguous else "")
 
     def load(self):
         """``(graph, cluster)`` of the cell; ``ValueError`` / ``OSError`` naming what cannot be loaded."""
@@ -72,6 +74,12 @@ def large_cells(step: Step = PLAIN_STEP) -> list[Cell]:
     cells = [Cell(model, 8, step=step, device_kind="a100-nvlink") for model in TRANSFORMERS]
     cells += [Cell(model, 16, step=step, device_kind="a100-nvlink", per_node=8) for model in TRANSFORMERS]
     return cells + [Cell(model, m, step=step) for model in ("nasnet_large", "pnasnet_large") for m in (16, 32, 64)]
+
+
+def pipelined_cells() -> list[Cell]:
+    """The pipelined cells: each transformer of the zoo on one node of 8 A100s and on 2 nodes of 8, 8
+    micro-batches under 1F1B, contiguous (pipeline stages, as the runtimes run them)."""
+    return [replace(cell, contiguous=True) for cell in large_cells(Step(8, "1f1b"))[:2 * len(TRANSFORMERS)]]
 
 
 def methods(include_learned: bool = True, include_runtime: bool = False) -> list[str]:

@@ -98,8 +98,8 @@ class SteeringView:
         row = np.repeat(np.arange(k), lengths)
         entry = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths) \
             + np.repeat(starts, lengths)
-        there = np.zeros((k, m))
-        np.add.at(there, (row, current[self.target[entry]]), self.weight[entry])
+        there = np.bincount(row * m + current[self.target[entry]], weights=self.weight[entry],
+                            minlength=k * m).reshape(k, m)
         total = there.sum(axis=1, keepdims=True)
         fill = (used[None, :] + self.memory[units][:, None]) / self.capacity[None, :]
         same = self.node[None, :] == self.node[current[units]][:, None]

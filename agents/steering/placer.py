@@ -9,10 +9,16 @@ is the shipped one (:data:`SHIPPED_POLICY`) unless another file is given.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+from agents.learned.report import judged
+from agents.learned.result import LearnedPlacement
 from baselines.memory_repair import Placer
 from baselines.placers import search_placers
+from placement_env.cluster import Cluster
+from placement_env.graph.model import ComputationGraph
+from placement_env.sim.pipeline import PLAIN_STEP, Step
 
 from .policy import SteeredProposals, SteeringPolicy
 
@@ -35,3 +41,15 @@ def steered_placer(budget_seconds: float | None = None, policy: SteeringPolicy |
         return SteeredProposals(chosen, graph, cluster, contiguous=contiguous)
 
     return search_placers(budget_seconds, contiguous, proposals)["steered"]
+
+
+def steered_search(graph: ComputationGraph, cluster: Cluster, budget_seconds: float,
+                   policy: str | os.PathLike | SteeringPolicy | None = None, contiguous: bool = False, seed: int = 0,
+                   step: Step = PLAIN_STEP) -> LearnedPlacement:
+    """:func:`steered_placer` run on ``graph`` (``policy``: a file, a policy or None for the shipped one); the
+    placement with its makespan, overflow and seconds, as the learned placer's results are."""
+    chosen = policy if isinstance(policy, SteeringPolicy) else steering_policy(policy)
+    began = time.perf_counter()
+    placement = steered_placer(budget_seconds, chosen, contiguous)(graph, cluster, seed, step=step)
+    seconds = time.perf_counter() - began
+    return LearnedPlacement(placement, *judged(graph, cluster, placement, step), seconds, "steered", 0)

@@ -8,13 +8,15 @@
   1,500 forward ops, wide or deep, regular or not, light or heavy tensors and parameters);
 * clusters of 2 to 64 devices of every kind, as one node or as nodes of 4 or 8, and mixed clusters (nodes of two
   kinds);
-* the plain step and the pipelined step (GPipe or 1F1B, 2 to 8 micro-batches).
+* the plain step and the pipelined step (GPipe or 1F1B, 2 to 8 micro-batches, the most up to the drawn count
+  that divide the graph's batch: :func:`microbatches_for`).
 
 :func:`build_problem` makes a spec a :class:`TrainingProblem`: the graph, the cluster, the step and the start
-(the fastest placement within memory of the annealing's own start placers, :func:`~baselines.starts.ranked_starts`
-over :data:`~baselines.placers.SEARCH_STARTS`, the way the ``anneal`` placer starts). :func:`write_problems`
-keeps them in a JSON-lines file, one per line (the spec and the start), appending, so that a stopped run resumes
-where it stopped. No graph of the benchmark's held-out cells, real models or transformers is among them.
+(the fastest placement within memory of the annealing's own start placers,
+:func:`~baselines.starts.ranked_starts` over :data:`~baselines.placers.SEARCH_STARTS` within
+:data:`START_SECONDS`, the way the ``anneal`` placer starts). :func:`write_problems` keeps them in a JSON-lines
+file, one per line (the spec and the start), appending, so that a stopped run resumes where it stopped. No graph
+of the benchmark's held-out cells, real models or transformers is among them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ from placement_env.graph.model import ComputationGraph
 from placement_env.graph.synthetic import layered_dag
 from placement_env.sim.pipeline import PLAIN_STEP, Step
 from placement_env.zoo.registry import load_graph
+
+START_SECONDS = 10.0
+"""The start placers of a problem run as within an annealing of this budget (a further one begins only when it is
+expected to end within half of it), so that a problem of 1,500 ops on 64 devices takes seconds, not minutes."""
 
 TRAINING_SUITE_SEEDS = range(100)
 """The suites' seeds a policy may train on; the benchmark's held-out seeds start at 100."""
@@ -103,6 +109,14 @@ def problem_specs(count: int, seed: int = 0) -> list[dict]:
     return specs
 
 
+def microbatches_for(graph: ComputationGraph, wanted: int) -> int:
+    """The most micro-batches up to ``wanted`` that divide the batch ``graph`` was traced with (``wanted`` when it
+    records none): a spec's micro-batches are drawn before its graph is known."""
+    if graph.batch is None:
+        return wanted
+    return max(k for k in range(1, min(wanted, graph.batch) + 1) if graph.batch % k == 0)
+
+
 def build_problem(spec: dict, start: list[int] | None = None) -> TrainingProblem:
     """The :class:`TrainingProblem` of ``spec``; its start computed when not given (module docstring).
 
@@ -110,17 +124,19 @@ def build_problem(spec: dict, start: list[int] | None = None) -> TrainingProblem
         baselines.memory.PlacementInfeasibleError: no start placer fits the graph in the cluster's memory.
     """
     graph, cluster = problem_graph(spec["graph"]), problem_cluster(spec)
-    step = Step(spec["microbatches"], spec["schedule"]) if spec["microbatches"] > 1 else PLAIN_STEP
+    m = microbatches_for(graph, spec["microbatches"])
+    step = Step(m, spec["schedule"]) if m > 1 else PLAIN_STEP
     if start is None:
-        found, _ = ranked_starts(graph, cluster, {name: PLACERS[name] for name in SEARCH_STARTS}, step=step)
+        found, _ = ranked_starts(graph, cluster, {name: PLACERS[name] for name in SEARCH_STARTS}, step=step,
+                                 budget_seconds=START_SECONDS)
         start = graph.unit_placement(found[0][2]).tolist()
     return TrainingProblem(spec, graph, cluster, step, np.asarray(start, dtype=np.int64))
 
 
 def write_problems(path: str | os.PathLike, specs: list[dict], log: Callable[[str], None] = print) -> int:
     """Append to the JSON-lines file ``path`` the problems of ``specs`` it does not hold yet, each line
-    ``{"spec", "start"}`` (a problem no start placer fits in memory: ``{"spec", "infeasible"}``); returns how
-    many it holds."""
+    ``{"spec", "start"}`` (a problem no start placer fits in memory: ``{"spec", "infeasible"}``; one its graph cannot
+    take: ``{"spec", "error"}``, with the reason); returns how many it holds."""
     path = Path(path)
     done = {json.dumps(p["spec"], sort_keys=True) for p in read_problem_lines(path)} if path.exists() else set()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,6 +148,8 @@ def write_problems(path: str | os.PathLike, specs: list[dict], log: Callable[[st
             line = {"spec": spec, "start": build_problem(spec).start.tolist()}
         except PlacementInfeasibleError as error:
             line = {"spec": spec, "infeasible": str(error)}
+        except ValueError as error:  # a spec its graph cannot take: kept with the reason, the job goes on
+            line = {"spec": spec, "error": str(error)}
         with open(path, "a", encoding="utf-8") as f:  # a line at a time: a stopped run keeps what it made
             f.write(json.dumps(line) + "\n")
         done.add(key)
