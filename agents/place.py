@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"{option}: no such file: {path!r}")
         budget = DEFAULT_BUDGET_SECONDS if args.budget_seconds is None else args.budget_seconds
         if args.method == "steered":
-            from agents.steering.placer import steered_search
+            from agents.steering.placer import steered_search  # the simulator's kernels: once the input is checked
 
             result = steered_search(graph, cluster, budget, args.steering_policy, args.contiguous, args.seed, step)
         else:
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
             result = placer.place(graph, cluster, args.policy, args.budget_seconds, args.zero_shot, args.seed,
                                   args.samples, step=step, passes=args.passes, on_search=searching)
-        from agents.learned import report
+        from agents.learned import report  # the placers it compares with: once the input is checked
 
         against = None if args.zero_shot or result.interrupted else \
             report.anneal_at_budget(graph, cluster, budget, args.seed, step, args.contiguous)

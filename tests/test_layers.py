@@ -23,10 +23,11 @@ policies -> training -> the command line):
 14. ``agents.algorithms``;
 15. ``agents.training``;
 16. ``agents.learned``;
-17. ``agents.paper``;
-18. ``agents`` itself and its commands (``agents.place``, ``agents.pretrain``, ``agents.benchmark``,
+17. ``agents.steering`` (the steered annealing: its policy reports as the learned placer does);
+18. ``agents.paper``;
+19. ``agents`` itself and its commands (``agents.place``, ``agents.pretrain``, ``agents.benchmark``,
     ``agents.experiments``);
-19. ``train`` (train.py).
+20. ``train`` (train.py).
 
 Every import statement counts, at module level or inside a function: an import inside a function is
 no way around a layer. Within a layer, no module may import itself back through others (no circles), and
@@ -61,6 +62,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("agents.algorithms",),
     ("agents.training",),
     ("agents.learned",),
+    ("agents.steering",),
     ("agents.paper",),
     ("agents",),
     ("train",),
