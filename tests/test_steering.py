@@ -203,3 +203,20 @@ def benchmark_steered(budget, path, contiguous):
     from agents.steering.placer import steered_placer
 
     return steered_placer(budget, SteeringPolicy.load(path), contiguous)
+
+
+def test_a_problem_whose_start_takes_too_long_is_kept_as_an_error_line(tmp_path, monkeypatch):
+    import time
+
+    import agents.steering.problems as problems
+
+    def forever(spec, start=None):
+        while True:
+            time.sleep(0.01)
+
+    monkeypatch.setattr(problems, "build_problem", forever)
+    monkeypatch.setattr(problems, "PROBLEM_SECONDS", 0.05)
+    spec = {"graph": "layered/1", "nodes": [["p100", 2]], "microbatches": 1, "schedule": "1f1b"}
+    assert problems.write_problems(tmp_path / "p.jsonl", [spec], log=lambda line: None) == 1
+    (line,) = problems.read_problem_lines(tmp_path / "p.jsonl")
+    assert line == {"spec": spec, "error": "its start placers took more than 0.05 s"}

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +43,10 @@ from placement_env.zoo.registry import load_graph
 START_SECONDS = 10.0
 """The start placers of a problem run as within an annealing of this budget (a further one begins only when it is
 expected to end within half of it), so that a problem of 1,500 ops on 64 devices takes seconds, not minutes."""
+
+PROBLEM_SECONDS = 60.0
+"""A problem whose start takes longer (the memory repair of a large pipelined graph can take minutes) is kept as
+an error line and skipped."""
 
 TRAINING_SUITE_SEEDS = range(100)
 """The suites' seeds a policy may train on; the benchmark's held-out seeds start at 100."""
@@ -136,7 +142,8 @@ def build_problem(spec: dict, start: list[int] | None = None) -> TrainingProblem
 def write_problems(path: str | os.PathLike, specs: list[dict], log: Callable[[str], None] = print) -> int:
     """Append to the JSON-lines file ``path`` the problems of ``specs`` it does not hold yet, each line
     ``{"spec", "start"}`` (a problem no start placer fits in memory: ``{"spec", "infeasible"}``; one its graph cannot
-    take: ``{"spec", "error"}``, with the reason); returns how many it holds."""
+    take, or whose start takes more than :data:`PROBLEM_SECONDS`: ``{"spec", "error"}``, with the reason);
+    returns how many it holds."""
     path = Path(path)
     done = {json.dumps(p["spec"], sort_keys=True) for p in read_problem_lines(path)} if path.exists() else set()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,7 +152,10 @@ def write_problems(path: str | os.PathLike, specs: list[dict], log: Callable[[st
         if key in done:
             continue
         try:
-            line = {"spec": spec, "start": build_problem(spec).start.tolist()}
+            with time_limit(PROBLEM_SECONDS):
+                line = {"spec": spec, "start": build_problem(spec).start.tolist()}
+        except TimeoutError:
+            line = {"spec": spec, "error": f"its start placers took more than {PROBLEM_SECONDS:g} s"}
         except PlacementInfeasibleError as error:
             line = {"spec": spec, "infeasible": str(error)}
         except ValueError as error:  # a spec its graph cannot take: kept with the reason, the job goes on
@@ -156,6 +166,21 @@ def write_problems(path: str | os.PathLike, specs: list[dict], log: Callable[[st
         if (i + 1) % 25 == 0:
             log(f"problems: {i + 1} / {len(specs)}")
     return len(done)
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise ``TimeoutError`` in the main thread when the block runs past ``seconds`` (``SIGALRM``)."""
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def read_problem_lines(path: str | os.PathLike) -> Iterator[dict]:
