@@ -318,3 +318,44 @@ def test_plans_the_runner_cannot_run_are_one_error(gpt2_and_graph):
     with pytest.raises(ValueError, match=r"replica 0's stages are on devices \[1, 0\]: the runner needs them in "
                                          "increasing order"):
         run_pipeline(model, (), flipped, example_kwargs={"input_ids": ids})
+
+
+class _ListOfBlocks(torch.nn.Module):
+    """A stem, then blocks held in an ``nn.ModuleList`` (never called itself: its parent iterates it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Linear(8, 8)
+        self.blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+                                           for _ in range(2)])
+
+    def forward(self, x):
+        x = self.stem(x)
+        for block in self.blocks:
+            x = x + block(x)
+        return x
+
+
+def test_a_stage_that_begins_at_a_module_list_begins_at_its_first_block():
+    from placement_env.runtime.pipeline_runner import called_split_point
+
+    torch.manual_seed(0)
+    model, x = _ListOfBlocks(), torch.randn(4, 8)
+    assert called_split_point(model, "blocks") == "blocks.0" and called_split_point(model, "stem") == "stem"
+    graph = from_torch(model, (x,), colocate_modules=1)
+    seen_blocks = False
+
+    def device(name):  # the stem (and the input) on device 0, the blocks and what follows them on 1
+        nonlocal seen_blocks
+        seen_blocks = seen_blocks or name.startswith("module:blocks")
+        return int(seen_blocks)
+
+    placement = by_units(graph, device)
+    plan = pipeline_plan(graph, placement, Cluster.preset("p100", 2), microbatches=2, schedule="gpipe")
+    assert plan.split_spec == ["blocks.0"]  # the plan names the first block (the list is entered twice)
+    from dataclasses import replace
+
+    by_hand = replace(plan, stages=[plan.stages[0], replace(plan.stages[1], begins_at="blocks")])
+    assert by_hand.split_spec == ["blocks"]  # a plan written by hand: before, "the model splits into 1 stages"
+    run = run_pipeline(model, (x,), by_hand, steps=1)
+    assert run.peak_memory.shape == (2,) and np.isfinite(run.steps).all()

@@ -154,7 +154,8 @@ def run_pipeline(model: Any, example_inputs: Sequence[Any] | Any, plan: Pipeline
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_plan_matches(model, plan)
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    job = _Job(_saved(model), args, dict(example_kwargs or {}), targets, plan.split_spec, plan.microbatches,
+    job = _Job(_saved(model), args, dict(example_kwargs or {}), targets,
+               [called_split_point(model, name) for name in plan.split_spec], plan.microbatches,
                plan.schedule, steps, loss_fn, optimizer, "cpu" if devices is None else str(devices), process_mesh(plan))
     world = plan.num_stages * plan.replicas
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
@@ -187,6 +188,18 @@ def process_mesh(plan: PipelinePlan) -> tuple[tuple[int, ...], ...]:
         raise ValueError(f"replica {bad}'s stages are on devices {list(mesh[bad])}: the runner needs them in "
                          "increasing order")
     return mesh
+
+
+def called_split_point(model: Any, name: str) -> str:
+    """The module a stage beginning at ``name`` begins with in a call: ``name`` itself, or, for a container the
+    program never calls (an ``nn.ModuleList`` or ``nn.ModuleDict``, iterated by its parent), its first element,
+    down to one that is called (``blocks`` -> ``blocks.0``). ``torch.distributed.pipelining`` splits at a
+    module's call, so a split point at a list would split nowhere."""
+    module = model.get_submodule(name)
+    while isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)) and len(module) > 0:
+        first, module = next(iter(module.named_children()))
+        name = f"{name}.{first}"
+    return name
 
 
 def check_plan_matches(model: Any, plan: PipelinePlan) -> None:
