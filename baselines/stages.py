@@ -25,6 +25,8 @@ the cluster has.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from placement_env.graph.model import ComputationGraph
@@ -137,8 +139,18 @@ def nearest_contiguous(graph: ComputationGraph, placement) -> np.ndarray:
     return graph.expand_unit_placement(result)
 
 
+def uniform_boundary(starts: np.ndarray, devices: np.ndarray, rng: np.random.Generator) -> tuple[int, bool]:
+    """A shift's boundary and side as the plain search draws them: boundary ``b`` (between stages ``b - 1`` and
+    ``b``) uniformly among the stages' boundaries, and whether the left stage grows (else the right one) with
+    probability one half."""
+    b = int(rng.integers(1, starts.size))
+    return b, bool(rng.random() < 0.5)
+
+
 def stage_neighbours(units: np.ndarray, order: np.ndarray, num_devices: int, count: int,
-                     rng: np.random.Generator, weight: np.ndarray | None = None) -> np.ndarray:
+                     rng: np.random.Generator, weight: np.ndarray | None = None,
+                     boundary: Callable[[np.ndarray, np.ndarray, np.random.Generator], tuple[int, bool]]
+                     = uniform_boundary) -> np.ndarray:
     """``count`` contiguous unit placements (rows) next to the contiguous ``units`` (a device per unit; ``order``:
     :func:`program_order`), drawn as the module docstring says: a shift moves 1 to all of the units of one side
     of a boundary, log-uniformly many, to the stage across it (a stage emptied drops out); an exchange gives a
@@ -146,7 +158,9 @@ def stage_neighbours(units: np.ndarray, order: np.ndarray, num_devices: int, cou
     head of a stage of two units or more, cut at a uniformly drawn point, on an unused device. A move that does
     not apply (no boundary, no unused device) is replaced by one that does; a row stays ``units`` when none
     applies. With ``weight`` (:func:`unit_parameters`), a stage a move leaves without parameters joins its
-    neighbour (:func:`merge_weightless_runs`)."""
+    neighbour (:func:`merge_weightless_runs`). ``boundary(starts, devices, rng)`` draws a shift's boundary and
+    side (the stages' first positions in ``order`` and their devices; :func:`uniform_boundary`, or a steered
+    search's draw)."""
     seq = units[order]
     n = seq.size
     starts, devices = stage_runs(seq)
@@ -162,9 +176,9 @@ def stage_neighbours(units: np.ndarray, order: np.ndarray, num_devices: int, cou
         if not applies[kind]:
             kind = next((k for k in ("cut", "shift", "exchange") if applies[k]), "")
         if kind == "shift":
-            b = int(rng.integers(1, starts.size))  # the boundary between stages b - 1 and b
+            b, left_grows = boundary(starts, devices, rng)  # the boundary between stages b - 1 and b
             at = int(starts[b])
-            if rng.random() < 0.5:  # the left stage grows into the right one
+            if left_grows:  # the left stage grows into the right one
                 rows[r, order[at:at + _log_uniform(int(ends[b] - at), rng)]] = devices[b - 1]
             else:
                 rows[r, order[at - _log_uniform(int(at - starts[b - 1]), rng):at]] = devices[b]

@@ -16,6 +16,13 @@ device features (:data:`DEVICE_FEATURES`), for unit ``u`` and device ``d``
     ``bytes_there``: the share of ``u``'s edge bytes whose other end is on ``d``; ``load``: ``d``'s compute
     seconds over the busiest device's; ``fill``: ``d``'s memory with ``u`` added over its capacity (at most 2);
     ``same_node``: 1 when ``d`` shares ``u``'s node (the fast links); ``speed``: ``d``'s speed over the fastest.
+
+stage features (:data:`STAGE_FEATURES`), for the boundary between two consecutive pipeline stages (contiguous
+mode, :meth:`SteeringView.boundary_features`)
+    ``heavier_side``: the heavier stage's compute over the busiest device's; ``imbalance``: the two stages'
+    difference over the busiest; ``bytes_across``: the bytes between the two stages over the most between any
+    two consecutive stages; ``at_busiest``: 1 when either is the busiest; ``toward_lighter``: the signed
+    imbalance (right minus left, over the busiest), whose weight sets which side grows.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
 
 UNIT_FEATURES = ("device_load", "on_busiest", "cut_share", "load_share", "over_memory")
 DEVICE_FEATURES = ("bytes_there", "load", "fill", "same_node", "speed")
+STAGE_FEATURES = ("heavier_side", "imbalance", "bytes_across", "at_busiest", "toward_lighter")
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,24 @@ class SteeringView:
             cut / np.maximum(total, 1e-300),
             self.cost / self.speed[current] / np.maximum(own, 1e-300),
             np.clip(used / self.capacity - 1.0, 0.0, 1.0)[current],
+        ])
+
+    def boundary_features(self, current: np.ndarray, devices: np.ndarray) -> np.ndarray:
+        """(len(devices) - 1, len(STAGE_FEATURES)) float64: the features of each boundary between consecutive
+        stages, whose devices in program order are ``devices``, under the contiguous placement ``current``."""
+        m = self.num_devices
+        load = self.loads(current)
+        busiest = max(float(load.max()), 1e-300)
+        pair = np.bincount(current[self.source] * m + current[self.target], weights=self.weight,
+                           minlength=m * m).reshape(m, m)
+        left, right = load[devices[:-1]], load[devices[1:]]
+        across = pair[devices[:-1], devices[1:]]
+        return np.column_stack([
+            np.maximum(left, right) / busiest,
+            np.abs(left - right) / busiest,
+            across / max(float(across.max(initial=0.0)), 1e-300),
+            ((left >= busiest) | (right >= busiest)).astype(np.float64),
+            (right - left) / busiest,
         ])
 
     def device_features(self, current: np.ndarray, units: np.ndarray) -> np.ndarray:

@@ -1,6 +1,7 @@
 """The steering policy: which units the annealing moves and where, drawn from the placement it is at.
 
-A :class:`SteeringPolicy` is two weight vectors over the features of :mod:`agents.steering.features`:
+A :class:`SteeringPolicy` is weight vectors over the features of :mod:`agents.steering.features`, two for
+placing freely:
 
 .. math::
 
@@ -12,16 +13,18 @@ With both vectors zero it draws units and devices uniformly: it is then exactly 
 :class:`~baselines.anneal.Proposals` the annealing calls each step: the same shares of moves, swaps and block
 moves as the plain annealing (:class:`~baselines.anneal.AnnealConfig`), the moved unit and its device drawn from
 the policy (a swap's first unit too; its partner, as in the plain annealing, uniformly among the units on other
-devices; a block move takes the drawn unit's nearest units along). In contiguous mode it steers nothing yet and
-draws the plain :func:`~baselines.stages.stage_neighbours`.
+devices; a block move takes the drawn unit's nearest units along). In contiguous mode (pipeline stages) the
+neighbours are :func:`~baselines.stages.stage_neighbours`'s, whose shifts draw their boundary and side from a
+third vector over the stage features (:meth:`SteeredProposals.boundary`); exchanges and cuts stay uniform.
 
 A policy is a file of plain JSON (:meth:`SteeringPolicy.save` / :meth:`SteeringPolicy.load`): the feature
-names, the two vectors, and what made it.
+names, the vectors, and what made it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +36,7 @@ from placement_env.graph.model import ComputationGraph
 from placement_env.json_files import read_json_file, write_json_file
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
 
-from .features import DEVICE_FEATURES, UNIT_FEATURES, SteeringView, steering_view
+from .features import DEVICE_FEATURES, STAGE_FEATURES, UNIT_FEATURES, SteeringView, steering_view
 
 FORMAT = "steering-policy/1"
 
@@ -51,43 +54,49 @@ class SteeringPolicy:
     unit: tuple[float, ...] = (0.0,) * len(UNIT_FEATURES)
     device: tuple[float, ...] = (0.0,) * len(DEVICE_FEATURES)
     made_by: dict = field(default_factory=dict)
+    stage: tuple[float, ...] = (0.0,) * len(STAGE_FEATURES)
 
     def __post_init__(self) -> None:
-        for name, values, names in (("unit", self.unit, UNIT_FEATURES), ("device", self.device, DEVICE_FEATURES)):
+        for name, values, names in (("unit", self.unit, UNIT_FEATURES), ("device", self.device, DEVICE_FEATURES),
+                                    ("stage", self.stage, STAGE_FEATURES)):
             if len(values) != len(names) or not np.all(np.isfinite(values)):
                 raise ValueError(f"a steering policy's {name} weights must be {len(names)} finite numbers "
                                  f"({', '.join(names)}), got {list(values)!r}")
 
     @property
     def vector(self) -> np.ndarray:
-        """The weights as one vector: ``unit`` then ``device``."""
-        return np.array([*self.unit, *self.device], dtype=np.float64)
+        """The weights as one vector: ``unit``, ``device``, then ``stage``."""
+        return np.array([*self.unit, *self.device, *self.stage], dtype=np.float64)
 
     @classmethod
     def from_vector(cls, vector: np.ndarray, made_by: dict | None = None) -> SteeringPolicy:
-        """The policy of :attr:`vector` ``vector``."""
-        k = len(UNIT_FEATURES)
+        """The policy of :attr:`vector` ``vector`` (a vector without the ``stage`` weights, as design 1 trained
+        them, leaves them zero: the plain contiguous draws)."""
+        k, j = len(UNIT_FEATURES), len(UNIT_FEATURES) + len(DEVICE_FEATURES)
         values = [float(x) for x in vector]
-        return cls(tuple(values[:k]), tuple(values[k:]), dict(made_by or {}))
+        return cls(tuple(values[:k]), tuple(values[k:j]), dict(made_by or {}),
+                   tuple(values[j:]) or (0.0,) * len(STAGE_FEATURES))
 
     def to_dict(self) -> dict:
         return {"format": FORMAT, "unit_features": dict(zip(UNIT_FEATURES, self.unit)),
-                "device_features": dict(zip(DEVICE_FEATURES, self.device)), "made_by": self.made_by}
+                "device_features": dict(zip(DEVICE_FEATURES, self.device)),
+                "stage_features": dict(zip(STAGE_FEATURES, self.stage)), "made_by": self.made_by}
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "steering policy") -> SteeringPolicy:
-        """The policy of :meth:`to_dict`'s data. Raises ValueError naming ``source`` and the missing or unknown
-        feature."""
+        """The policy of :meth:`to_dict`'s data (a file without ``stage_features``: zero stage weights). Raises
+        ValueError naming ``source`` and the missing or unknown feature."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{source} is not a steering policy (no \"format\": \"{FORMAT}\")")
         weights = []
-        for key, names in (("unit_features", UNIT_FEATURES), ("device_features", DEVICE_FEATURES)):
-            given = data.get(key)
+        for key, names in (("unit_features", UNIT_FEATURES), ("device_features", DEVICE_FEATURES),
+                           ("stage_features", STAGE_FEATURES)):
+            given = data.get(key, dict.fromkeys(names, 0.0) if key == "stage_features" else None)
             if not isinstance(given, dict) or set(given) != set(names):
                 raise ValueError(f"{source}: {key} must name exactly {', '.join(names)}; got "
                                  f"{sorted(given) if isinstance(given, dict) else given!r}")
             weights.append(tuple(float(given[n]) for n in names))
-        return cls(weights[0], weights[1], dict(data.get("made_by", {})))
+        return cls(weights[0], weights[1], dict(data.get("made_by", {})), weights[2])
 
     def save(self, path: str | os.PathLike) -> None:
         write_json_file(self.to_dict(), path)
@@ -116,6 +125,7 @@ class SteeredProposals:
         config = config or AnnealConfig()
         self.view: SteeringView = steering_view(graph, cluster, param_factor)
         self.unit_weights, self.device_weights = np.array(policy.unit), np.array(policy.device)
+        self.stage_weights = np.array(policy.stage)
         self.config, self.contiguous = config, contiguous
         self.near: NearestUnits = nearest_units(graph, config.block_max - 1)
         self.order = program_order(graph) if contiguous else np.zeros(0, dtype=np.int64)
@@ -133,10 +143,31 @@ class SteeredProposals:
         logits[np.arange(units.size), current[units]] = -np.inf
         return np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
 
+    def boundary(self, current: np.ndarray) -> Callable[[np.ndarray, np.ndarray, np.random.Generator],
+                                                        tuple[int, bool]]:
+        """A shift's draw for :func:`~baselines.stages.stage_neighbours` under ``current``: the boundary from
+        softmax(w_stage . h_b) over the boundaries (all but ``toward_lighter``), the side with
+        P(the left stage grows) = sigmoid(w_toward_lighter x (right load - left load) / busiest), so that a
+        positive weight moves units toward the lighter stage. Its distribution is computed once per step."""
+        weights = self.stage_weights
+        found: dict[str, np.ndarray] = {}
+
+        def draw(starts: np.ndarray, devices: np.ndarray, rng: np.random.Generator) -> tuple[int, bool]:
+            if "p" not in found:
+                h = self.view.boundary_features(current, devices)
+                logits = h[:, :-1] @ weights[:-1]
+                p = np.exp(logits - logits.max())
+                found["p"] = p / p.sum()
+                found["left"] = 1.0 / (1.0 + np.exp(-weights[-1] * h[:, -1]))
+            b = int(rng.choice(found["p"].size, p=found["p"]))
+            return b + 1, bool(rng.random() < found["left"][b])
+
+        return draw
+
     def __call__(self, current: np.ndarray, batch: int, rng: np.random.Generator) -> np.ndarray:
         m, nu = self.view.num_devices, current.size
         if self.contiguous:
-            return stage_neighbours(current, self.order, m, batch, rng, self.weight)
+            return stage_neighbours(current, self.order, m, batch, rng, self.weight, self.boundary(current))
         moved = rng.choice(nu, size=batch, p=self.unit_probabilities(current))
         return unit_neighbours(current, self.near, m, batch, rng, self.config, moved,
                                self.targets(current, moved, rng))

@@ -9,7 +9,8 @@
 * clusters of 2 to 64 devices of every kind, as one node or as nodes of 4 or 8, and mixed clusters (nodes of two
   kinds);
 * the plain step and the pipelined step (GPipe or 1F1B, 2 to 8 micro-batches, the most up to the drawn count
-  that divide the graph's batch: :func:`microbatches_for`).
+  that divide the graph's batch: :func:`microbatches_for`);
+* placing freely, and in 30% of the problems contiguously (pipeline stages, the contiguous start placers).
 
 :func:`build_problem` makes a spec a :class:`TrainingProblem`: the graph, the cluster, the step and the start
 (the fastest placement within memory of the annealing's own start placers,
@@ -32,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from baselines.memory import PlacementInfeasibleError
-from baselines.placers import PLACERS, SEARCH_STARTS
+from baselines.placers import CONTIGUOUS_PLACERS, PLACERS, SEARCH_STARTS
 from baselines.starts import ranked_starts
 from placement_env.cluster import DEVICE_KINDS, Cluster
 from placement_env.graph.model import ComputationGraph
@@ -54,13 +55,15 @@ TRAINING_SUITE_SEEDS = range(100)
 
 @dataclass(frozen=True)
 class TrainingProblem:
-    """One problem: anneal ``graph`` on ``cluster`` for ``step`` from ``start`` (a device per unit)."""
+    """One problem: anneal ``graph`` on ``cluster`` for ``step`` from ``start`` (a device per unit), in pipeline
+    stages when ``contiguous``."""
 
     spec: dict
     graph: ComputationGraph
     cluster: Cluster
     step: Step
     start: np.ndarray
+    contiguous: bool = False
 
 
 def layered_graph(seed: int) -> ComputationGraph:
@@ -91,8 +94,8 @@ def problem_cluster(spec: dict) -> Cluster:
 
 def problem_specs(count: int, seed: int = 0) -> list[dict]:
     """``count`` problem specs drawn from ``seed`` (module docstring): ``{"graph", "nodes", "microbatches",
-    "schedule"}``."""
-    rng = np.random.default_rng([11, seed])
+    "schedule"}``, and ``"contiguous": true`` for 30% of them (pipeline stages; the field is absent otherwise)."""
+    rng, stages = np.random.default_rng([11, seed]), np.random.default_rng([13, seed])
     kinds = list(DEVICE_KINDS)
     specs = []
     for i in range(count):
@@ -110,8 +113,11 @@ def problem_specs(count: int, seed: int = 0) -> list[dict]:
             left -= per_node
             k += 1
         pipelined = rng.random() < 0.3
-        specs.append({"graph": graph, "nodes": nodes, "microbatches": int(rng.choice([2, 4, 8])) if pipelined else 1,
-                      "schedule": str(rng.choice(["gpipe", "1f1b"])) if pipelined else "1f1b"})
+        spec = {"graph": graph, "nodes": nodes, "microbatches": int(rng.choice([2, 4, 8])) if pipelined else 1,
+                "schedule": str(rng.choice(["gpipe", "1f1b"])) if pipelined else "1f1b"}
+        if stages.random() < 0.3:  # its own stream: the free specs stay those drawn before contiguous ones were
+            spec["contiguous"] = True
+        specs.append(spec)
     return specs
 
 
@@ -133,10 +139,12 @@ def build_problem(spec: dict, start: list[int] | None = None) -> TrainingProblem
     m = microbatches_for(graph, spec["microbatches"])
     step = Step(m, spec["schedule"]) if m > 1 else PLAIN_STEP
     if start is None:
-        found, _ = ranked_starts(graph, cluster, {name: PLACERS[name] for name in SEARCH_STARTS}, step=step,
+        placers = CONTIGUOUS_PLACERS if spec.get("contiguous") else PLACERS
+        found, _ = ranked_starts(graph, cluster, {name: placers[name] for name in SEARCH_STARTS}, step=step,
                                  budget_seconds=START_SECONDS)
         start = graph.unit_placement(found[0][2]).tolist()
-    return TrainingProblem(spec, graph, cluster, step, np.asarray(start, dtype=np.int64))
+    return TrainingProblem(spec, graph, cluster, step, np.asarray(start, dtype=np.int64),
+                           bool(spec.get("contiguous", False)))
 
 
 def write_problems(path: str | os.PathLike, specs: list[dict], log: Callable[[str], None] = print) -> int:

@@ -71,9 +71,9 @@ def run_steered(problem: TrainingProblem, vector: np.ndarray | None, steps: int,
     """The penalized best makespan of ``steps`` annealing steps from the problem's start, steered by the policy of
     ``vector`` (None: plain annealing)."""
     proposals = None if vector is None else SteeredProposals(SteeringPolicy.from_vector(vector), problem.graph,
-                                                              problem.cluster)
+                                                              problem.cluster, contiguous=problem.contiguous)
     result = anneal_units(problem.graph, problem.cluster, problem.start, seed, time_budget=None, max_steps=steps,
-                          step=problem.step, proposals=proposals)
+                          step=problem.step, contiguous=problem.contiguous, proposals=proposals)
     return penalized(result.makespan, result.overflow, problem)
 
 
@@ -131,7 +131,9 @@ def pretrain_steering(config: SteeringTrainConfig, out: str | Path, log: Callabl
     k = SteeringPolicy().vector.size
     if checkpoint_path.exists():
         state = read_json_file(checkpoint_path)
-        mu, first, second = (np.array(state[key]) for key in ("mu", "first", "second"))
+        # a checkpoint of fewer weights (design 1, before the stage weights): the new ones start at zero
+        mu, first, second = (np.pad(np.array(state[key]), (0, k - len(state[key]))) for key in
+                             ("mu", "first", "second"))
         iteration, rng = state["iteration"], np.random.default_rng()
         rng.bit_generator.state = state["rng"]
         plain_validation = {int(i): v for i, v in state["plain_validation"].items()}
