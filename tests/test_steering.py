@@ -258,3 +258,29 @@ def test_a_problem_whose_start_takes_too_long_is_kept_as_an_error_line(tmp_path,
     assert problems.write_problems(tmp_path / "p.jsonl", [spec], log=lambda line: None) == 1
     (line,) = problems.read_problem_lines(tmp_path / "p.jsonl")
     assert line == {"spec": spec, "error": "its start placers took more than 0.05 s"}
+
+
+def test_an_msr_graph_by_hand_and_the_msr_problems(tmp_path):
+    from agents.steering.problems import MSR_GRAPHS, msr_specs, problem_graph
+    from placement_env.importers.msr import from_msr
+
+    data = {"maxSizePerFPGA": 1e9, "maxFPGAs": 2, "maxCPUs": 1, "nodes": [
+        {"name": "l.weight", "id": 0, "fpgaLatency": 0.0, "size": 400.0, "isBackwardNode": False, "colorClass": 1},
+        {"name": "l.matmul", "id": 1, "fpgaLatency": 2.5, "size": 100.0, "isBackwardNode": False, "colorClass": 1},
+        {"name": "l.matmul_grad", "id": 2, "fpgaLatency": 5.0, "size": 50.0, "isBackwardNode": True}],
+        "edges": [{"sourceId": 0, "destId": 1, "cost": 0.1, "size": 400.0},
+                  {"sourceId": 1, "destId": 2, "cost": 0.1, "size": 64.0}]}
+    (tmp_path / "g.json").write_text(json.dumps(data))
+    graph = from_msr(tmp_path / "g.json")
+    assert [n.id for n in graph.nodes] == ["l.weight#0", "l.matmul#1", "l.matmul_grad#2"]
+    assert graph.cost.tolist() == [0.0, 2.5e-3, 5e-3] and graph.output_bytes.tolist() == [400.0, 64.0, 0.0]
+    assert graph.param_bytes.tolist() == [400.0, 100.0, 50.0] and graph.num_units == 2  # color 1 together
+    assert [n.phase for n in graph.nodes] == ["forward", "forward", "backward"]
+    data["edges"].append({"sourceId": 1, "destId": 9})
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="bad.json: edge 2's destId names no node"):
+        from_msr(tmp_path / "bad.json")
+    specs = msr_specs(per_graph=2)
+    assert len(specs) == 2 * len(MSR_GRAPHS) and not any("resnet" in s["graph"] or "inception" in s["graph"]
+                                                          for s in specs)
+    assert problem_graph("msr/bert_l-3_training").num_nodes == 600

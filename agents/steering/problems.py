@@ -10,7 +10,9 @@
   kinds);
 * the plain step and the pipelined step (GPipe or 1F1B, 2 to 8 micro-batches, the most up to the drawn count
   that divide the graph's batch: :func:`microbatches_for`);
-* placing freely, and in 30% of the problems contiguously (pipeline stages, the contiguous start placers).
+* placing freely, and in 30% of the problems contiguously (pipeline stages, the contiguous start placers);
+* with ``--msr``, the profiled BERT and GNMT graphs of Microsoft Research's ``dnn-partitioning``
+  (:data:`MSR_GRAPHS`, :func:`msr_specs`).
 
 :func:`build_problem` makes a spec a :class:`TrainingProblem`: the graph, the cluster, the step and the start
 (the fastest placement within memory of the annealing's own start placers,
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,8 +39,10 @@ from baselines.memory import PlacementInfeasibleError
 from baselines.placers import CONTIGUOUS_PLACERS, PLACERS, SEARCH_STARTS
 from baselines.starts import ranked_starts
 from placement_env.cluster import DEVICE_KINDS, Cluster
+from placement_env.graph.io import write_graph
 from placement_env.graph.model import ComputationGraph
 from placement_env.graph.synthetic import layered_dag
+from placement_env.importers.msr import from_msr
 from placement_env.sim.pipeline import PLAIN_STEP, Step
 from placement_env.zoo.registry import load_graph
 
@@ -48,6 +53,16 @@ expected to end within half of it), so that a problem of 1,500 ops on 64 devices
 PROBLEM_SECONDS = 60.0
 """A problem whose start takes longer (the memory repair of a large pipelined graph can take minutes) is kept as
 an error line and skipped."""
+
+MSR_FOLDER = Path(__file__).parent / "msr"
+"""The profiled graphs of Microsoft Research's ``dnn-partitioning`` (MIT, its licence beside them), converted by
+:func:`placement_env.importers.msr.from_msr` (``python -m agents.steering.problems --convert-msr FOLDER``)."""
+
+MSR_GRAPHS = ("bert_l-3_training", "bert_l-6_training", "bert_L-12_training", "bert24_training", "gnmt_training",
+              "bert_l-3_inference", "bert_l-6_inference", "bert_l-12_inference", "bert24_inference",
+              "gnmt_inference")
+"""The MSR graphs trained on: BERT and GNMT. Their ResNet-50 and Inception-v3 stay out: the benchmark's real
+models include those two networks."""
 
 TRAINING_SUITE_SEEDS = range(100)
 """The suites' seeds a policy may train on; the benchmark's held-out seeds start at 100."""
@@ -84,6 +99,8 @@ def problem_graph(name: str) -> ComputationGraph:
     knows."""
     if name.startswith("layered/"):
         return layered_graph(int(name.split("/", 1)[1]))
+    if name.startswith("msr/"):
+        return load_graph(MSR_FOLDER / f"{name.split('/', 1)[1]}.json.gz")
     return load_graph(name)
 
 
@@ -96,29 +113,42 @@ def problem_specs(count: int, seed: int = 0) -> list[dict]:
     """``count`` problem specs drawn from ``seed`` (module docstring): ``{"graph", "nodes", "microbatches",
     "schedule"}``, and ``"contiguous": true`` for 30% of them (pipeline stages; the field is absent otherwise)."""
     rng, stages = np.random.default_rng([11, seed]), np.random.default_rng([13, seed])
-    kinds = list(DEVICE_KINDS)
     specs = []
     for i in range(count):
         family = ("ptb", "cifar10", "nmt", "layered")[i % 4]
         graph = f"layered/{int(rng.integers(1_000_000))}" if family == "layered" else \
             f"{family}/{int(rng.choice(TRAINING_SUITE_SEEDS))}"
-        devices = int(np.clip(round(np.exp(rng.uniform(np.log(2), np.log(64)))), 2, 64))
-        per_node = int(rng.choice([devices, 4, 8])) if devices > 4 else devices
-        per_node = min(per_node, devices)
-        first = str(rng.choice(kinds))
-        second = str(rng.choice(kinds)) if rng.random() < 0.25 else first
-        nodes, left, k = [], devices, 0
-        while left > 0:
-            nodes.append([first if k % 2 == 0 else second, min(per_node, left)])
-            left -= per_node
-            k += 1
-        pipelined = rng.random() < 0.3
-        spec = {"graph": graph, "nodes": nodes, "microbatches": int(rng.choice([2, 4, 8])) if pipelined else 1,
-                "schedule": str(rng.choice(["gpipe", "1f1b"])) if pipelined else "1f1b"}
-        if stages.random() < 0.3:  # its own stream: the free specs stay those drawn before contiguous ones were
-            spec["contiguous"] = True
-        specs.append(spec)
+        specs.append(_drawn_setting(graph, rng, stages))
     return specs
+
+
+def msr_specs(per_graph: int = 8, seed: int = 0) -> list[dict]:
+    """``per_graph`` specs for each of the MSR training graphs (:data:`MSR_GRAPHS`), clusters and steps drawn as
+    :func:`problem_specs` draws them."""
+    rng, stages = np.random.default_rng([17, seed]), np.random.default_rng([19, seed])
+    return [_drawn_setting(f"msr/{name}", rng, stages) for name in MSR_GRAPHS for _ in range(per_graph)]
+
+
+def _drawn_setting(graph: str, rng: np.random.Generator, stages: np.random.Generator) -> dict:
+    """The spec of ``graph`` with a cluster, a step and a mode drawn (``stages`` draws the mode, a stream of its
+    own: the free specs stay those drawn before contiguous ones were)."""
+    kinds = list(DEVICE_KINDS)
+    devices = int(np.clip(round(np.exp(rng.uniform(np.log(2), np.log(64)))), 2, 64))
+    per_node = int(rng.choice([devices, 4, 8])) if devices > 4 else devices
+    per_node = min(per_node, devices)
+    first = str(rng.choice(kinds))
+    second = str(rng.choice(kinds)) if rng.random() < 0.25 else first
+    nodes, left, k = [], devices, 0
+    while left > 0:
+        nodes.append([first if k % 2 == 0 else second, min(per_node, left)])
+        left -= per_node
+        k += 1
+    pipelined = rng.random() < 0.3
+    spec = {"graph": graph, "nodes": nodes, "microbatches": int(rng.choice([2, 4, 8])) if pipelined else 1,
+            "schedule": str(rng.choice(["gpipe", "1f1b"])) if pipelined else "1f1b"}
+    if stages.random() < 0.3:
+        spec["contiguous"] = True
+    return spec
 
 
 def microbatches_for(graph: ComputationGraph, wanted: int) -> int:
@@ -201,6 +231,17 @@ def read_problem_lines(path: str | os.PathLike) -> Iterator[dict]:
                 continue
 
 
+def convert_msr(checkout: Path) -> None:
+    """Write :data:`MSR_FOLDER`'s graphs from a ``dnn-partitioning`` checkout (the throughput inputs: operator
+    graphs, layer graphs for ``bert24`` and ``gnmt``) with its licence."""
+    MSR_FOLDER.mkdir(parents=True, exist_ok=True)
+    for name in MSR_GRAPHS:
+        folder = "LayerGraphs" if name.startswith(("bert24", "gnmt")) else "OperatorGraphs"
+        write_graph(from_msr(checkout / "throughput-inputs" / folder / f"{name}.json", name=f"msr/{name}"),
+                    MSR_FOLDER / f"{name}.json.gz")
+    shutil.copy(checkout / "LICENSE.txt", MSR_FOLDER / "LICENSE.txt")
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m agents.steering.problems --out FILE [--count N] [--seed S]``: write (or complete) the problems
     file; a line of progress every 25 problems."""
@@ -210,8 +251,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the problems file (JSON lines), appended to")
     parser.add_argument("--count", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--msr", action="store_true", help="write the MSR graphs' problems (8 a graph) instead")
+    parser.add_argument("--convert-msr", metavar="FOLDER",
+                        help="convert the MSR files of a dnn-partitioning checkout's *-inputs folders into "
+                             f"{MSR_FOLDER} first")
     args = parser.parse_args(argv)
-    held = write_problems(args.out, problem_specs(args.count, args.seed), lambda line: print(line, flush=True))
+    if args.convert_msr:
+        convert_msr(Path(args.convert_msr))
+    specs = msr_specs(seed=args.seed) if args.msr else problem_specs(args.count, args.seed)
+    held = write_problems(args.out, specs, lambda line: print(line, flush=True))
     print(f"{args.out}: {held} problems", flush=True)
     return 0
 
