@@ -149,7 +149,8 @@ def fitted_problem(graph: ComputationGraph, cluster: Cluster, network: Placement
         max_devices = cluster.num_devices
     elif cluster.num_devices > max_devices:
         raise ValueError(f"the cluster has {cluster.num_devices} devices; this policy places on at most "
-                         f"{max_devices} (pretrain one with python -m agents.pretrain --devices ...)")
+                         f"{max_devices} (pretrain one with python -m agents.pretrain --devices ..., or place with "
+                         "--method steered, the steered annealing, which takes any cluster)")
     graph = fit_units(graph, max_units)
     start = start_units(graph, cluster, getattr(network, "info", {}).get("start", "single"), seed, step)
     return PlacementProblem(graph, cluster, max_devices, start, step)
