@@ -1,7 +1,7 @@
 """The simulator's pipelined step against pipelines run with torch.distributed.pipelining on 2 local devices.
 
     python benchmarks/pipeline_fidelity.py [--rounds 3] [--steps 4] [--models gpt2,bert,vit,llama,cnn]
-        [--json experiments/pipeline_fidelity/rows.json]
+        [--calibrate] [--json experiments/pipeline_fidelity/rows.json]
 
 Five models, four from Hugging Face configs (GPT-2 with its tied embeddings, BERT with its tied decoder, ViT,
 Llama; 4 layers, width 128) and a plain PyTorch CNN, each imported with ``from_torch(..., profile=True,
@@ -18,7 +18,10 @@ the error it judges.
 Printed per cell: the simulated and measured step (ms), their ratio, the spread of the measured rounds, each
 stage's simulated and measured peak memory; per model: whether the plan the simulator ranks best is measured
 fastest or within the measured spread of the fastest. The summary: mean |simulated / measured - 1|, cells within
-20%, per-stage memory within 20%.
+20%, per-stage memory within 20%. With ``--calibrate``, each plan is also simulated with the pipeline runtime's
+overheads (per op call and micro-batch, per message) measured first on a calibration model of their own
+(:func:`placement_env.runtime.pipeline_calibration.calibrate_pipeline`), and the summary gives that column's
+error too.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS, s
 from placement_env import from_torch
 from placement_env.plan.pipeline_plan import pipeline_plan
 from placement_env.runtime.local_cluster import local_cluster
+from placement_env.runtime.pipeline_calibration import calibrate_pipeline
 from placement_env.runtime.pipeline_runner import run_pipeline
 from placement_env.sim.pipeline import Step
 
@@ -80,12 +84,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--models", default="gpt2,bert,vit,llama,cnn")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--calibrate", action="store_true",
+                        help="also simulate each plan with the pipeline runtime's overheads measured on a "
+                             "calibration model of its own (placement_env.runtime.pipeline_calibration)")
     args = parser.parse_args()
     print(machine_line(), flush=True)
     torch.set_num_threads(1)
     cluster = local_cluster(2)
     print(f"local_cluster(2) link, loaded: latency {cluster.latency[0, 1] * 1e6:.0f} us, bandwidth "
           f"{cluster.bandwidth[0, 1] / 1e9:.2f} GB/s", flush=True)
+    overheads = calibrate_pipeline(cluster, rounds=args.rounds) if args.calibrate else None
+    if overheads is not None:
+        print(f"pipeline runtime, calibrated: {overheads.call_seconds * 1e6:.1f} us per op call and micro-batch, "
+              f"{overheads.message_seconds * 1e6:.0f} us per message", flush=True)
     placers = {**CONTIGUOUS_PLACERS, **CONTIGUOUS_RUNTIME_DEFAULTS, **search_placers(2.0, contiguous=True)}
     rows, summary = [], []
     zoo = models()
@@ -110,6 +121,10 @@ def main() -> None:
                                  "error": f"no plan: {error}"})
                     continue
                 plans[key] = {"placers": [placer], "plan": plan, "rounds": [], "peaks": []}
+                if overheads is not None:
+                    g, c = overheads.applied(graph, cluster)
+                    plans[key]["calibrated"] = pipeline_plan(g, placement, c, microbatches=m, schedule=schedule,
+                                                             param_factor=2.0).simulated_step_seconds
         for _ in range(args.rounds):  # interleaved: every plan once a round
             for cell in plans.values():
                 if "error" in cell:
@@ -145,12 +160,16 @@ def main() -> None:
                    "simulated_peak_mib": [p / 2**20 for p in simulated_peaks],
                    "measured_peak_mib": [p / 2**20 for p in peaks],
                    "memory_ratio": [s / p for s, p in zip(simulated_peaks, peaks)]}
+            if "calibrated" in cell:
+                row["calibrated_ms"] = cell["calibrated"] * 1e3
+                row["calibrated_ratio"] = cell["calibrated"] / measured
             rows.append(row)
             model_rows.append(row)
             print(f"{name:6s} m={m} {schedule:5s} {row['placers']:44s} stages {row['stages']}  simulated "
                   f"{row['simulated_ms']:8.2f} ms  measured {row['measured_ms']:8.2f} ms  ratio {row['ratio']:.2f}  "
-                  f"spread {spread:.0%}  memory ratio {', '.join(f'{r:.2f}' for r in row['memory_ratio'])}",
-                  flush=True)
+                  f"spread {spread:.0%}  memory ratio {', '.join(f'{r:.2f}' for r in row['memory_ratio'])}"
+                  + (f"  calibrated {row['calibrated_ms']:8.2f} ms ratio {row['calibrated_ratio']:.2f}"
+                     if "calibrated_ms" in row else ""), flush=True)
         if not model_rows:
             continue
         sims = [r["simulated_ms"] for r in model_rows]
@@ -178,6 +197,10 @@ def main() -> None:
           f"of the measured rounds {np.median([r['spread'] for r in ran]):.1%}; stage peaks within 20%: "
           f"{sum(e <= 0.2 for e in memory)} / {len(memory)}; models whose simulated best is measured fastest or "
           f"within its spread: {sum(s['best_within_spread'] for s in summary)} / {len(summary)}", flush=True)
+    if overheads is not None:
+        calibrated = [abs(r["calibrated_ratio"] - 1) for r in ran]
+        print(f"calibrated: mean |simulated/measured - 1| {np.mean(calibrated):.1%}; cells within 20%: "
+              f"{sum(e <= 0.2 for e in calibrated)} / {len(ran)}", flush=True)
 
 
 def write_json(path: str | None, cluster: Any, rows: list[dict], summary: list[dict]) -> None:

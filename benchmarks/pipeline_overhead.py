@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,27 +39,11 @@ from baselines.placers import CONTIGUOUS_RUNTIME_DEFAULTS
 from placement_env import from_torch
 from placement_env.plan.pipeline_plan import pipeline_plan
 from placement_env.runtime.local_cluster import local_cluster
+from placement_env.runtime.pipeline_calibration import eager_seconds
 from placement_env.runtime.pipeline_runner import run_pipeline
 from placement_env.sim.pipeline import Step
 
 MICROBATCHES = (1, 2, 4, 8)
-
-
-def eager_seconds(model: torch.nn.Module, inputs: tuple, kwargs: dict, m: int, steps: int) -> float:
-    """The median of ``steps`` eager steps of ``m`` micro-batches (forward, the outputs summed, backward)."""
-    batch = next(x.shape[0] for x in [*inputs, *kwargs.values()] if isinstance(x, torch.Tensor))
-    size = batch // m
-    args = tuple(x[:size] for x in inputs)
-    named = {k: v[:size] for k, v in kwargs.items()}
-    times = []
-    for _ in range(steps + 1):
-        began = time.perf_counter()
-        for _ in range(m):
-            out = model(*args, **named)
-            (out.logits if hasattr(out, "logits") else out).sum().backward()
-        times.append(time.perf_counter() - began)
-    model.zero_grad(set_to_none=True)
-    return float(np.median(times[1:]))
 
 
 def main() -> None:

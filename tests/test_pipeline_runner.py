@@ -359,3 +359,26 @@ def test_a_stage_that_begins_at_a_module_list_begins_at_its_first_block():
     assert by_hand.split_spec == ["blocks"]  # a plan written by hand: before, "the model splits into 1 stages"
     run = run_pipeline(model, (x,), by_hand, steps=1)
     assert run.peak_memory.shape == (2,) and np.isfinite(run.steps).all()
+
+
+def test_the_pipeline_overheads_are_applied_by_hand_and_the_latency_fit_reaches_the_measured_step():
+    from placement_env.graph.model import ComputationGraph, Edge, Node
+    from placement_env.runtime.pipeline_calibration import PipelineOverheads, message_latency
+
+    graph = ComputationGraph([Node("x", "input", 0.0, 100), Node("a", "matmul", 1e-3, 100, 10, module="a",
+                                                                 fixed_cost=1e-4),
+                              Node("b", "matmul", 2e-3, 0, 10, module="b")], [Edge("x", "a"), Edge("a", "b")],
+                             name="g", batch=8)
+    cluster = Cluster.preset("p100", 2)
+    g, c = PipelineOverheads(5e-5, 2e-3).applied(graph, cluster)
+    assert g.cost.tolist() == pytest.approx([0.0, 1.05e-3, 2.05e-3])
+    assert [n.fixed_cost or 0.0 for n in g.nodes] == pytest.approx([0.0, 1.5e-4, 5e-5])
+    assert c.latency[0, 1] - cluster.latency[0, 1] == pytest.approx(2e-3) and np.array_equal(c.bandwidth,
+                                                                                            cluster.bandwidth)
+    placement = np.array([0, 0, 1])
+    measured = 0.02
+    latency = message_latency(graph, placement, cluster, 5e-5, measured, 4)
+    g, c = PipelineOverheads(5e-5, latency).applied(graph, cluster)
+    assert pipeline_plan(g, placement, c, microbatches=4, schedule="gpipe").simulated_step_seconds == \
+        pytest.approx(measured, rel=1e-6)
+    assert message_latency(graph, placement, cluster, 5e-5, 1e-6, 4) == 0.0  # already slower than that
