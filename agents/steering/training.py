@@ -24,7 +24,7 @@ the reward above.
 each checkpoint, so the training takes up problems as they come). It resumes: the iterations are checkpointed
 (``checkpoint.json``: mu, Adam's moments, the random state, the cached plain validation runs) every
 ``checkpoint_seconds``; the policy (``policy.json``) and the record (``pretrain.json``: the config, the command,
-the training seconds, the validation curve) are rewritten at each checkpoint.
+the training's CPU seconds, the validation curve) are rewritten at each checkpoint.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def pretrain_steering(config: SteeringTrainConfig, out: str | Path, log: Callabl
                                         "problems": len(problems)}).save(out / "policy.json")
         write_json_file(record, record_path)
 
-    training_began = time.perf_counter()
+    training_began = time.process_time()  # CPU seconds: a paused or shared run counts only its own work
     while iteration < config.iterations:
         chosen = rng.choice(training, size=config.population, replace=False)
         gradient, rewards = np.zeros(k), []
@@ -179,11 +179,11 @@ def pretrain_steering(config: SteeringTrainConfig, out: str | Path, log: Callabl
             record["validation"].append({"iteration": iteration, "reward": reward})
             log(f"iteration {iteration}: validation reward {reward:+.4f}")
         if time.perf_counter() - saved > config.checkpoint_seconds or iteration == config.iterations:
-            record["seconds"]["training"] += time.perf_counter() - training_began
-            training_began = saved = time.perf_counter()
+            record["seconds"]["training"] += time.process_time() - training_began
+            training_began, saved = time.process_time(), time.perf_counter()
             save()
             validation, training = read_problems()
-    record["seconds"]["training"] += time.perf_counter() - training_began
+    record["seconds"]["training"] += time.process_time() - training_began
     save()
     return SteeringPolicy.from_vector(mu, {"command": command, "iterations": iteration})
 
