@@ -45,7 +45,7 @@ from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_p
 
 from .local_search import RefineResult, judge_unit_placements
 from .search_clock import SearchClock
-from .stages import nearest_contiguous, program_order, stage_neighbours, unit_parameters
+from .stages import nearest_contiguous, program_order, stage_neighbours, unit_can_begin, unit_parameters
 from .starts import best_of_starts
 
 
@@ -159,6 +159,7 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
     near = nearest_units(graph, config.block_max - 1)
     order = program_order(graph) if contiguous else np.zeros(0, dtype=np.int64)
     weight = unit_parameters(graph) if contiguous else None
+    can_begin = unit_can_begin(graph) if contiguous else None
     while max_steps is None or steps < max_steps:
         batch = clock.step(config.batch)  # the whole batch, or what the time left allows (0: stop)
         if batch == 0:
@@ -168,7 +169,7 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
         if proposals is not None:
             rows = proposals(current, batch, rng)
         elif contiguous:
-            rows = stage_neighbours(current, order, m, batch, rng, weight)
+            rows = stage_neighbours(current, order, m, batch, rng, weight, can_begin=can_begin)
         else:
             rows = unit_neighbours(current, near, m, batch, rng, config)
         mk, over = judge(rows)

@@ -27,7 +27,7 @@ from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_p
 
 from .memory import overflow_bytes
 from .search_clock import SearchClock
-from .stages import nearest_contiguous, program_order, stage_neighbours, unit_parameters
+from .stages import nearest_contiguous, program_order, stage_neighbours, unit_can_begin, unit_parameters
 from .starts import best_of_starts
 
 
@@ -56,6 +56,7 @@ def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
         p = nearest_contiguous(graph, p)
     order = program_order(graph) if contiguous else np.zeros(0, dtype=np.int64)
     weight = unit_parameters(graph) if contiguous else None
+    can_begin = unit_can_begin(graph) if contiguous else None
     m = cluster.num_devices
     current = graph.unit_placement(p)
     simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step)
@@ -71,7 +72,7 @@ def refine(graph: ComputationGraph, cluster: Cluster, placement, seed: int = 0, 
         if size == 0:
             break
         rounds += 1
-        cand = (stage_neighbours(current, order, m, size, rng, weight) if contiguous
+        cand = (stage_neighbours(current, order, m, size, rng, weight, can_begin=can_begin) if contiguous
                 else neighbours(current, m, size, rng))
         mk, over = judge_unit_placements(simulator, cand)
         evaluations += size

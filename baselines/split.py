@@ -32,7 +32,7 @@ from placement_env.sim.pipeline import PLAIN_STEP, Step
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 
 from .memory import MemoryBudget, overflow_bytes, units_in_topological_order
-from .stages import merge_weightless_runs
+from .stages import merge_weightless_runs, unit_can_begin
 
 
 def cut_bytes(graph: ComputationGraph, order: np.ndarray) -> np.ndarray:
@@ -171,8 +171,9 @@ def split(graph: ComputationGraph, cluster: Cluster, seed: int = 0, *, step: Ste
         units[order] = np.minimum(np.searchsorted(edges, share[:-1], side="right"), m - 1)
         candidates.append(units)
     weight = np.bincount(graph.unit_of, weights=graph.param_bytes, minlength=graph.num_units)[order]
+    can_begin = unit_can_begin(graph)
     for units in candidates:  # every stage worth a device: one without parameters joins its neighbour
-        units[order] = merge_weightless_runs(units[order], weight)
+        units[order] = merge_weightless_runs(units[order], weight, can_begin)
     rows = np.stack([c[graph.unit_of] for c in candidates])
     batch = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *step).simulate_batch(rows, check=False)
     best = int(np.lexsort((batch.makespan, overflow_bytes(batch.peak_memory, cluster)))[0])

@@ -20,7 +20,8 @@ Every stage is worth a device: on a graph with parameters, :func:`nearest_contig
 glue): such a stage joins the next stage with parameters (the last one joins the one before it), through
 :func:`stages_with_parameters`. A pipeline runtime cannot train a stage without parameters (its optimizer gets an
 empty parameter list) and such a stage only adds a send to the step. A placement may so use fewer devices than
-the cluster has.
+the cluster has. Nor does a stage begin at a module the program enters more than once (:func:`unit_can_begin`):
+its units join the stage before, up to the first unit where a stage may begin.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import numpy as np
 
 from placement_env.graph.model import ComputationGraph
 from placement_env.graph.units import unit_graph
+from placement_env.plan.module_tree import PlacedModules, parents
 
 SHIFT_SHARE = 0.6  # of the neighbours: boundary shifts; then RELABEL_SHARE exchanges, the rest stage cuts
 RELABEL_SHARE = 0.2
@@ -66,11 +68,61 @@ def unit_parameters(graph: ComputationGraph) -> np.ndarray:
     return cached
 
 
-def merge_weightless_runs(seq: np.ndarray, weight: np.ndarray) -> np.ndarray:
+def unit_can_begin(graph: ComputationGraph) -> np.ndarray | None:
+    """Per placement unit in program order, whether a pipeline stage may begin at it: its first op's module, or an
+    ancestor that begins at that op, is a module the program enters once (a runtime begins a stage at each call:
+    a dropout a block calls twice would begin two), and no unit before it in program order has a forward op after
+    its first one (a module called twice is one unit whose calls enclose the ops between them: a cut there would
+    split it). None for a graph without module names (nothing is exported from it, so every cut is allowed)."""
+    if "unit_can_begin" not in graph.derived:
+        allowed = None
+        if any(node.module for node in graph.nodes):
+            modules = PlacedModules(graph, np.zeros(graph.num_nodes, dtype=np.int64))
+            forward = np.array([node.phase not in ("backward", "update") for node in graph.nodes])
+            index = np.arange(graph.num_nodes)
+            first_op = np.full(graph.num_units, graph.num_nodes)
+            np.minimum.at(first_op, graph.unit_of, index)
+            last_op = np.full(graph.num_units, -1)
+            np.maximum.at(last_op, graph.unit_of[forward], index[forward])
+            allowed = np.zeros(graph.num_units, dtype=bool)
+            for u, i in enumerate(first_op.tolist()):
+                module = graph.nodes[i].module
+                allowed[u] = bool(module) and any(modules.first.get(a) == i and a not in modules.called_again
+                                                  for a in parents(module))
+            order = program_order(graph)
+            reach = np.maximum.accumulate(np.r_[-1, last_op[order][:-1]])  # the latest forward op before each
+            allowed = allowed[order] & (reach < first_op[order])
+        graph.derived["unit_can_begin"] = allowed
+    return graph.derived["unit_can_begin"]
+
+
+def glue_unsplittable_starts(seq: np.ndarray, can_begin: np.ndarray) -> np.ndarray:
+    """``seq`` (a device per unit in program order, contiguous) with every stage that would begin at a unit where
+    none may begin (``can_begin`` false) begun at its first unit where one may, the units before it joining the
+    stage before (a stage with no such unit joins it whole). Contiguity is kept."""
+    starts, devices = stage_runs(seq)
+    if starts.size < 2 or can_begin[starts[1:]].all():
+        return seq
+    out = seq.copy()
+    ends = np.r_[starts[1:], seq.size]
+    for k in range(1, starts.size):
+        begin = int(starts[k])
+        if can_begin[begin]:
+            continue
+        allowed = np.flatnonzero(can_begin[begin:ends[k]])
+        stop = begin + int(allowed[0]) if allowed.size else int(ends[k])
+        out[begin:stop] = out[begin - 1]
+    return out
+
+
+def merge_weightless_runs(seq: np.ndarray, weight: np.ndarray, can_begin: np.ndarray | None = None) -> np.ndarray:
     """``seq`` (a device per unit in program order, contiguous) with every run of units of zero total ``weight``
     given to the next run of positive weight (the last runs to the one before them); ``seq`` itself when no run
     is weightless or none has weight. Contiguity is kept: a weightless run takes the device of a run next to it
-    once the runs between have done the same."""
+    once the runs between have done the same. With ``can_begin`` (:func:`unit_can_begin`), stages are first
+    begun only where one may (:func:`glue_unsplittable_starts`)."""
+    if can_begin is not None:
+        seq = glue_unsplittable_starts(seq, can_begin)
     starts, devices = stage_runs(seq)
     if starts.size < 2:
         return seq
@@ -87,7 +139,7 @@ def stages_with_parameters(graph: ComputationGraph, placement) -> np.ndarray:
     stage (module docstring); unchanged on a graph without parameters."""
     units = graph.unit_placement(np.asarray(placement, dtype=np.int64))
     order = program_order(graph)
-    merged = merge_weightless_runs(units[order], unit_parameters(graph))
+    merged = merge_weightless_runs(units[order], unit_parameters(graph), unit_can_begin(graph))
     result = np.empty(graph.num_units, dtype=np.int64)
     result[order] = merged
     return graph.expand_unit_placement(result)
@@ -135,7 +187,7 @@ def nearest_contiguous(graph: ComputationGraph, placement) -> np.ndarray:
     for k, d in enumerate(devices.tolist()):
         made[cuts[k]:cuts[k + 1]] = d
     result = np.empty(graph.num_units, dtype=np.int64)
-    result[order] = merge_weightless_runs(made, unit_parameters(graph))
+    result[order] = merge_weightless_runs(made, unit_parameters(graph), unit_can_begin(graph))
     return graph.expand_unit_placement(result)
 
 
@@ -150,7 +202,7 @@ def uniform_boundary(starts: np.ndarray, devices: np.ndarray, rng: np.random.Gen
 def stage_neighbours(units: np.ndarray, order: np.ndarray, num_devices: int, count: int,
                      rng: np.random.Generator, weight: np.ndarray | None = None,
                      boundary: Callable[[np.ndarray, np.ndarray, np.random.Generator], tuple[int, bool]]
-                     = uniform_boundary) -> np.ndarray:
+                     = uniform_boundary, can_begin: np.ndarray | None = None) -> np.ndarray:
     """``count`` contiguous unit placements (rows) next to the contiguous ``units`` (a device per unit; ``order``:
     :func:`program_order`), drawn as the module docstring says: a shift moves 1 to all of the units of one side
     of a boundary, log-uniformly many, to the stage across it (a stage emptied drops out); an exchange gives a
@@ -158,7 +210,8 @@ def stage_neighbours(units: np.ndarray, order: np.ndarray, num_devices: int, cou
     head of a stage of two units or more, cut at a uniformly drawn point, on an unused device. A move that does
     not apply (no boundary, no unused device) is replaced by one that does; a row stays ``units`` when none
     applies. With ``weight`` (:func:`unit_parameters`), a stage a move leaves without parameters joins its
-    neighbour (:func:`merge_weightless_runs`). ``boundary(starts, devices, rng)`` draws a shift's boundary and
+    neighbour (:func:`merge_weightless_runs`; with ``can_begin``, :func:`unit_can_begin`, a stage begins only
+    where one may). ``boundary(starts, devices, rng)`` draws a shift's boundary and
     side (the stages' first positions in ``order`` and their devices; :func:`uniform_boundary`, or a steered
     search's draw)."""
     seq = units[order]
@@ -195,7 +248,7 @@ def stage_neighbours(units: np.ndarray, order: np.ndarray, num_devices: int, cou
             piece = order[cut:ends[k]] if rng.random() < 0.5 else order[starts[k]:cut]
             rows[r, piece] = unused[rng.integers(unused.size)]
         if weight is not None:
-            rows[r, order] = merge_weightless_runs(rows[r, order], weight)
+            rows[r, order] = merge_weightless_runs(rows[r, order], weight, can_begin)
     return rows
 
 

@@ -240,3 +240,49 @@ def test_every_contiguous_placer_gives_split_points_of_a_hugging_face_gpt2():
         placement = placer(g, cluster, 0, step=Step(8, "1f1b"))
         points = to_split_points(g, placement)
         assert all(s.startswith(("transformer.", "lm_head")) for s in points.split_spec), name
+
+
+class _TwiceDropped(torch.nn.Module):
+    """Blocks whose dropout the block calls twice (two residual branches), as ViT's layers do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_Block() for _ in range(4)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.dropout = torch.nn.Dropout(0.0)
+
+    def forward(self, x):
+        x = x + self.dropout(self.first(x))
+        return x + self.dropout(self.second(x))
+
+
+def test_no_stage_begins_at_a_module_the_program_enters_twice():
+    from baselines.stages import glue_unsplittable_starts, unit_can_begin
+
+    assert glue_unsplittable_starts(np.array([0, 0, 1, 1, 1, 2]), np.array([1, 1, 0, 0, 1, 1], bool)).tolist() \
+        == [0, 0, 0, 0, 1, 2]
+    assert glue_unsplittable_starts(np.array([0, 1, 1, 2]), np.array([1, 0, 0, 1], bool)).tolist() == [0, 0, 0, 2]
+    graph = from_torch(_TwiceDropped(), (torch.randn(4, 8),), colocate_modules=3)
+    order = program_order(graph)
+    names = [graph.unit_names[u] for u in order]
+    allowed = unit_can_begin(graph)
+    assert not allowed[names.index("module:blocks.1.dropout")] and allowed[names.index("module:blocks.1.first")]
+    cluster = Cluster.preset("p100", 2)
+    at = names.index("module:blocks.1.dropout")
+    units = np.zeros(graph.num_units, dtype=np.int64)
+    units[order[at:]] = 1  # stage 1 would begin at the dropout
+    fixed = nearest_contiguous(graph, graph.expand_unit_placement(units))
+    to_split_points(graph, fixed)  # before: "stage 1 would begin at module 'blocks.1.dropout', which ..."
+    for seed in range(3):
+        result = anneal_units(graph, cluster, units, seed, None, 30, step=Step(2, "gpipe"), contiguous=True)
+        to_split_points(graph, result.placement)

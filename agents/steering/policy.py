@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from baselines.anneal import AnnealConfig, NearestUnits, nearest_units, unit_neighbours
-from baselines.stages import program_order, stage_neighbours, unit_parameters
+from baselines.stages import program_order, stage_neighbours, unit_can_begin, unit_parameters
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
 from placement_env.json_files import read_json_file, write_json_file
@@ -130,6 +130,7 @@ class SteeredProposals:
         self.near: NearestUnits = nearest_units(graph, config.block_max - 1)
         self.order = program_order(graph) if contiguous else np.zeros(0, dtype=np.int64)
         self.weight = unit_parameters(graph) if contiguous else None
+        self.can_begin = unit_can_begin(graph) if contiguous else None
 
     def unit_probabilities(self, current: np.ndarray) -> np.ndarray:
         """P(move u) for every unit under the placement ``current``."""
@@ -167,7 +168,8 @@ class SteeredProposals:
     def __call__(self, current: np.ndarray, batch: int, rng: np.random.Generator) -> np.ndarray:
         m, nu = self.view.num_devices, current.size
         if self.contiguous:
-            return stage_neighbours(current, self.order, m, batch, rng, self.weight, self.boundary(current))
+            return stage_neighbours(current, self.order, m, batch, rng, self.weight, self.boundary(current),
+                                    self.can_begin)
         moved = rng.choice(nu, size=batch, p=self.unit_probabilities(current))
         return unit_neighbours(current, self.near, m, batch, rng, self.config, moved,
                                self.targets(current, moved, rng))
