@@ -106,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
             if path is not None and not os.path.isfile(path):
                 raise ValueError(f"{option}: no such file: {path!r}")
         budget = DEFAULT_BUDGET_SECONDS if args.budget_seconds is None else args.budget_seconds
+        from agents.learned import report  # the placers it compares with: once the input is checked
+
+        if not args.zero_shot:  # the searches compared share their start placers' set-up: built before both
+            report.warm_up(graph, cluster, step, args.contiguous)
         if args.method == "steered":
             from agents.steering.placer import steered_search  # the simulator's kernels: once the input is checked
 
@@ -119,12 +123,10 @@ def main(argv: list[str] | None = None) -> int:
 
             result = placer.place(graph, cluster, args.policy, args.budget_seconds, args.zero_shot, args.seed,
                                   args.samples, step=step, passes=args.passes, on_search=searching)
-        from agents.learned import report  # the placers it compares with: once the input is checked
-
         against = None if args.zero_shot or result.interrupted else \
             report.anneal_at_budget(graph, cluster, budget, args.seed, step, args.contiguous)
         with ignore_interrupts():  # the best placement found is reported and written whole
-            print(report.placement_report(graph, cluster, result, args.seed, step, against))
+            print(report.placement_report(graph, cluster, result, args.seed, step, against, args.contiguous))
             if args.out:
                 faster = against is not None and (against.overflow, against.makespan) < (result.overflow,
                                                                                           result.makespan)

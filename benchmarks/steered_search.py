@@ -9,7 +9,8 @@ P100s, the six real models on 8), with ``--large`` also its 18 large cells. For 
 
 * **equal wall-clock**, each budget: the ``anneal`` placer and the ``steered`` one
   (:func:`agents.steering.placer.steered_placer`: the same starts, settings and clock), run one after the other
-  on the same core, the order alternating by cell so that neither always runs on a warmer cache;
+  on the same core after the start placers' shared set-up is built (:func:`agents.learned.report.warm_up`), the
+  order alternating by cell;
 * **equal evaluations** (REGAL's measure): from the best start of the annealing's start placers, ``--steps``
   annealing steps (64 placements judged a step) plain and steered, the same seed.
 
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from machine import machine_line
 
+from agents.learned.report import warm_up
 from agents.paper.benchmark_cells import held_out_cells, large_cells
 from agents.steering.placer import steered_placer, steering_policy
 from agents.steering.policy import SteeredProposals
@@ -55,6 +57,7 @@ def main() -> None:
         graph, cluster = cell.load()
         simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *cell.step)
         simulator.run(np.zeros(graph.num_nodes, np.int64))  # compiled before any clock starts
+        warm_up(graph, cluster, cell.step)  # the start placers' set-up, which both searches share
         row: dict = {"cell": cell.key}
         for seed in range(args.seeds):
             for budget in args.budgets:

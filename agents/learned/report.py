@@ -8,13 +8,22 @@ import time
 import numpy as np
 
 from baselines.compare import FAST_COMPARED, best_row, compare_placers
-from baselines.placers import PLACERS, search_placers
+from baselines.placers import CONTIGUOUS_PLACERS, PLACERS, SEARCH_STARTS, search_placers
+from baselines.starts import ranked_starts
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
 from placement_env.sim.pipeline import PLAIN_STEP, Step, stepped_graph
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, lower_bound
 
 from .result import LearnedPlacement
+
+
+def warm_up(graph: ComputationGraph, cluster: Cluster, step: Step = PLAIN_STEP, contiguous: bool = False) -> None:
+    """Build what every search of ``graph`` shares and the first one to run would otherwise pay within its budget
+    (the start placers' compiled code and caches, the simulator's arrays for ``step``: 0.6 s of a 2-s budget on
+    GPT-2 over 16 devices), so that a learned search and the annealing it is compared with start alike."""
+    placers = CONTIGUOUS_PLACERS if contiguous else PLACERS
+    ranked_starts(graph, cluster, {name: placers[name] for name in SEARCH_STARTS}, step=step)
 
 
 def anneal_at_budget(graph: ComputationGraph, cluster: Cluster, budget_seconds: float, seed: int = 0,
@@ -34,13 +43,16 @@ def judged(graph: ComputationGraph, cluster: Cluster, placement, step: Step = PL
 
 
 def placement_report(graph: ComputationGraph, cluster: Cluster, result: LearnedPlacement, seed: int = 0,
-                     step: Step = PLAIN_STEP, against: LearnedPlacement | None = None) -> str:
+                     step: Step = PLAIN_STEP, against: LearnedPlacement | None = None,
+                     contiguous: bool = False) -> str:
     """Lines: the graph, cluster and step; ``result`` (ms, times the lower bound, the method and its seconds) and,
     with ``against`` (:func:`anneal_at_budget`), the annealing at the same budget on the same line, and which is
     faster; the best of the fast placers (:data:`baselines.compare.FAST_COMPARED`, placed now with ``seed``,
-    judged by ``step``) and how much faster or slower the learned placement is; the lower bound (of ``step``)."""
+    judged by ``step``; their contiguous versions with ``contiguous``) and how much faster or slower the learned
+    placement is; the lower bound (of ``step``)."""
     bound = lower_bound(stepped_graph(graph, step.microbatches), cluster)
-    fast = best_row(compare_placers(graph, cluster, {name: PLACERS[name] for name in FAST_COMPARED}, seed,
+    placers = CONTIGUOUS_PLACERS if contiguous else PLACERS
+    fast = best_row(compare_placers(graph, cluster, {name: placers[name] for name in FAST_COMPARED}, seed,
                                     step=step))
     how = result.method + (", interrupted" if result.interrupted else "")
     pipelined = f", {step.describe()}" if step.pipelined else ""
