@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -179,9 +180,9 @@ def build_problem(spec: dict, start: list[int] | None = None) -> TrainingProblem
 
 def write_problems(path: str | os.PathLike, specs: list[dict], log: Callable[[str], None] = print) -> int:
     """Append to the JSON-lines file ``path`` the problems of ``specs`` it does not hold yet, each line
-    ``{"spec", "start"}`` (a problem no start placer fits in memory: ``{"spec", "infeasible"}``; one its graph cannot
-    take, or whose start takes more than :data:`PROBLEM_SECONDS`: ``{"spec", "error"}``, with the reason);
-    returns how many it holds."""
+    ``{"spec", "start", "seconds"}`` (``seconds``: the CPU seconds it took); a problem no start placer fits in
+    memory: ``{"spec", "infeasible", "seconds"}``; one its graph cannot take, or whose start takes more than
+    :data:`PROBLEM_SECONDS`: ``{"spec", "error", "seconds"}``, with the reason. Returns how many it holds."""
     path = Path(path)
     done = {json.dumps(p["spec"], sort_keys=True) for p in read_problem_lines(path)} if path.exists() else set()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -189,6 +190,7 @@ def write_problems(path: str | os.PathLike, specs: list[dict], log: Callable[[st
         key = json.dumps(spec, sort_keys=True)
         if key in done:
             continue
+        began = time.process_time()
         try:
             with time_limit(PROBLEM_SECONDS):
                 line = {"spec": spec, "start": build_problem(spec).start.tolist()}
@@ -198,6 +200,7 @@ def write_problems(path: str | os.PathLike, specs: list[dict], log: Callable[[st
             line = {"spec": spec, "infeasible": str(error)}
         except ValueError as error:  # a spec its graph cannot take: kept with the reason, the job goes on
             line = {"spec": spec, "error": str(error)}
+        line["seconds"] = time.process_time() - began  # CPU seconds: the pretraining's compute split sums them
         with open(path, "a", encoding="utf-8") as f:  # a line at a time: a stopped run keeps what it made
             f.write(json.dumps(line) + "\n")
         done.add(key)
