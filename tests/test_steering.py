@@ -169,6 +169,13 @@ def test_the_pretraining_writes_its_policy_and_resumes(tmp_path, monkeypatch):
     pretrain_steering(SteeringTrainConfig(**{**config.__dict__, "iterations": 3}), tmp_path, log=lines.append)
     assert lines[0] == "resumed at iteration 2" and "iteration 3: validation reward" in lines[-1]
     assert len(SteeringPolicy.load(tmp_path / "policy.json").vector) == 15
+    from agents.steering.training import ship
+
+    ship(tmp_path, tmp_path / "policy.json", tmp_path / "shipped")
+    shipped = json.loads((tmp_path / "shipped" / "pretrain.json").read_text())
+    assert SteeringPolicy.load(tmp_path / "shipped" / "policy.json") == SteeringPolicy.load(tmp_path / "policy.json")
+    assert shipped["problems"]["lines"] == 4 and shipped["compute_seconds"]["problems_timed_lines"] == 4
+    assert shipped["record"]["validation"][-1]["iteration"] == 3
 
 
 @pytest.mark.parametrize("args, message", [

@@ -188,6 +188,29 @@ def pretrain_steering(config: SteeringTrainConfig, out: str | Path, log: Callabl
     return SteeringPolicy.from_vector(mu, {"command": command, "iterations": iteration})
 
 
+def ship(out: str | Path, policy_file: str | Path, to: Path) -> None:
+    """Copy the policy ``policy_file`` of the run in ``out`` into the folder ``to`` (``policy.json``) with a
+    ``pretrain.json``: the run's record (config, command, validation curve), the problems file's size and the
+    CPU seconds its problems took where recorded, and the training's seconds."""
+    out, to = Path(out), Path(to)
+    policy = SteeringPolicy.load(policy_file)
+    record = read_json_file(out / "pretrain.json")
+    lines = list(read_problem_lines(out / "problems.jsonl"))
+    timed = [line["seconds"] for line in lines if "seconds" in line]
+    to.mkdir(parents=True, exist_ok=True)
+    policy.save(to / "policy.json")
+    write_json_file({"policy": policy.made_by, "run": str(out), "record": record,
+                     "problems": {"lines": len(lines), "usable": sum("start" in line for line in lines),
+                                  "commands": ["python -m agents.steering.problems --out " + str(out / "problems.jsonl")
+                                               + " --count 3000",
+                                               "python -m agents.steering.problems --msr --out "
+                                               + str(out / "problems.jsonl")]},
+                     "compute_seconds": {"training": record["seconds"]["training"],
+                                         "problems_timed": sum(timed), "problems_timed_lines": len(timed),
+                                         "problems_untimed_lines": len(lines) - len(timed)}},
+                    to / "pretrain.json")
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m agents.steering.training --out DIR [--problems N] [--iterations N] [--steps N]``."""
     parser = argparse.ArgumentParser(prog="python -m agents.steering.training", description=__doc__.splitlines()[0])
@@ -198,8 +221,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     for name in ("sigma", "learning_rate", "checkpoint_seconds"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=getattr(defaults, name))
+    parser.add_argument("--ship", metavar="POLICY", help="instead of training: ship the run's policy file POLICY "
+                                                        "as the package's (agents/steering/pretrained)")
     args = parser.parse_args(argv)
-    config = SteeringTrainConfig(**{k: v for k, v in vars(args).items() if k != "out"})
+    if args.ship:
+        ship(args.out, args.ship, Path(__file__).parent / "pretrained")
+        return 0
+    config = SteeringTrainConfig(**{k: v for k, v in vars(args).items() if k not in ("out", "ship")})
     command = "python -m agents.steering.training " + " ".join(sys.argv[1:] if argv is None else argv)
     pretrain_steering(config, args.out, lambda line: print(line, flush=True), command)
     return 0
