@@ -2,10 +2,11 @@
 equal evaluations.
 
     python benchmarks/steered_search.py --policy agents/steering/pretrained/policy.json [--budgets 1 3]
-        [--steps 60] [--seeds 1] [--large] [--json experiments/steering/eval.json]
+        [--steps 60] [--seeds 1] [--large] [--pipelined] [--no-held-out] [--json experiments/steering/eval.json]
 
 Cells: the 51 held-out cells of ``python -m agents.benchmark`` (ptb / cifar10 / nmt seeds 100-104 on 3, 5 and 8
-P100s, the six real models on 8), with ``--large`` also its 18 large cells. For each cell and seed:
+P100s, the six real models on 8), with ``--large`` also its 18 large cells, with ``--pipelined`` its 12 pipelined
+ones (contiguous: both searches in contiguous mode). For each cell and seed:
 
 * **equal wall-clock**, each budget: the ``anneal`` placer and the ``steered`` one
   (:func:`agents.steering.placer.steered_placer`: the same starts, settings and clock), run one after the other
@@ -31,11 +32,11 @@ import numpy as np
 from machine import machine_line
 
 from agents.learned.report import warm_up
-from agents.paper.benchmark_cells import held_out_cells, large_cells
+from agents.paper.benchmark_cells import held_out_cells, large_cells, pipelined_cells
 from agents.steering.placer import steered_placer, steering_policy
 from agents.steering.policy import SteeredProposals
 from baselines.anneal import anneal_units
-from baselines.placers import PLACERS, SEARCH_STARTS, search_placers
+from baselines.placers import CONTIGUOUS_PLACERS, PLACERS, SEARCH_STARTS, search_placers
 from baselines.starts import ranked_starts
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 
@@ -47,21 +48,27 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--large", action="store_true")
+    parser.add_argument("--pipelined", action="store_true",
+                        help="also the pipelined cells (the zoo's transformers on 8 and 16 A100s, 8 micro-batches, "
+                             "contiguous)")
+    parser.add_argument("--no-held-out", action="store_true", help="leave out the 51 held-out cells")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     print(machine_line(), flush=True)
     policy = steering_policy(args.policy)
-    cells = held_out_cells() + (large_cells() if args.large else [])
+    cells = (([] if args.no_held_out else held_out_cells()) + (large_cells() if args.large else [])
+             + (pipelined_cells() if args.pipelined else []))
     rows = []
     for index, cell in enumerate(cells):
         graph, cluster = cell.load()
         simulator = Simulator(graph, cluster, DEFAULT_PARAM_FACTOR, *cell.step)
         simulator.run(np.zeros(graph.num_nodes, np.int64))  # compiled before any clock starts
-        warm_up(graph, cluster, cell.step)  # the start placers' set-up, which both searches share
+        warm_up(graph, cluster, cell.step, cell.contiguous)  # the start placers' set-up both searches share
         row: dict = {"cell": cell.key}
         for seed in range(args.seeds):
             for budget in args.budgets:
-                placers = {"anneal": search_placers(budget)["anneal"], "steered": steered_placer(budget, policy)}
+                placers = {"anneal": search_placers(budget, cell.contiguous)["anneal"],
+                           "steered": steered_placer(budget, policy, cell.contiguous)}
                 order = ["anneal", "steered"] if (index + seed) % 2 == 0 else ["steered", "anneal"]
                 result = {}
                 for name in order:
@@ -73,12 +80,16 @@ def main() -> None:
                 row.setdefault(f"{budget:g}s", []).append(
                     {"anneal": result["anneal"], "steered": result["steered"],
                      "difference": result["steered"][0] / result["anneal"][0] - 1})
-            found, _ = ranked_starts(graph, cluster, {name: PLACERS[name] for name in SEARCH_STARTS}, seed,
+            starts = CONTIGUOUS_PLACERS if cell.contiguous else PLACERS
+            found, _ = ranked_starts(graph, cluster, {name: starts[name] for name in SEARCH_STARTS}, seed,
                                      step=cell.step)
             start = graph.unit_placement(found[0][2])
-            plain = anneal_units(graph, cluster, start, seed, None, args.steps, step=cell.step).makespan
+            plain = anneal_units(graph, cluster, start, seed, None, args.steps, step=cell.step,
+                                 contiguous=cell.contiguous).makespan
             steered = anneal_units(graph, cluster, start, seed, None, args.steps, step=cell.step,
-                                   proposals=SteeredProposals(policy, graph, cluster)).makespan
+                                   contiguous=cell.contiguous,
+                                   proposals=SteeredProposals(policy, graph, cluster,
+                                                              contiguous=cell.contiguous)).makespan
             row.setdefault("evaluations", []).append({"anneal": plain, "steered": steered,
                                                       "difference": steered / plain - 1})
         rows.append(row)
