@@ -276,6 +276,7 @@ def test_no_stage_begins_at_a_module_the_program_enters_twice():
     order = program_order(graph)
     names = [graph.unit_names[u] for u in order]
     allowed = unit_can_begin(graph)
+    assert allowed is not None
     assert not allowed[names.index("module:blocks.1.dropout")] and allowed[names.index("module:blocks.1.first")]
     cluster = Cluster.preset("p100", 2)
     at = names.index("module:blocks.1.dropout")

@@ -161,7 +161,7 @@ def test_the_pretraining_writes_its_policy_and_resumes(tmp_path, monkeypatch):
     assert [v["iteration"] for v in record["validation"]] == [0, 1, 2]
     assert set(record["seconds"]) == {"training"}
     assert SteeringPolicy.load(tmp_path / "policy.json").made_by["iterations"] == 2
-    lines = []
+    lines: list[str] = []
     state = json.loads((tmp_path / "checkpoint.json").read_text())
     for key in ("mu", "first", "second"):  # a checkpoint of design 1's ten weights resumes with the stage ones at 0
         state[key] = state[key][:10]
