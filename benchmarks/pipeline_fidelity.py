@@ -78,6 +78,16 @@ def models() -> dict[str, tuple[torch.nn.Module, tuple, dict, int]]:
     }
 
 
+def measured_local_cluster() -> Any:
+    """Print the machine, set one thread (as each worker runs), measure ``local_cluster(2)`` and print its link."""
+    print(machine_line(), flush=True)
+    torch.set_num_threads(1)
+    cluster = local_cluster(2)
+    print(f"local_cluster(2) link, loaded: latency {cluster.latency[0, 1] * 1e6:.0f} us, bandwidth "
+          f"{cluster.bandwidth[0, 1] / 1e9:.2f} GB/s", flush=True)
+    return cluster
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -88,11 +98,7 @@ def main() -> None:
                         help="also simulate each plan with the pipeline runtime's overheads measured on a "
                              "calibration model of its own (placement_env.runtime.pipeline_calibration)")
     args = parser.parse_args()
-    print(machine_line(), flush=True)
-    torch.set_num_threads(1)
-    cluster = local_cluster(2)
-    print(f"local_cluster(2) link, loaded: latency {cluster.latency[0, 1] * 1e6:.0f} us, bandwidth "
-          f"{cluster.bandwidth[0, 1] / 1e9:.2f} GB/s", flush=True)
+    cluster = measured_local_cluster()
     overheads = calibrate_pipeline(cluster, rounds=args.rounds) if args.calibrate else None
     if overheads is not None:
         print(f"pipeline runtime, calibrated: {overheads.call_seconds * 1e6:.1f} us per op call and micro-batch, "

@@ -30,15 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from fidelity import fastest_costs
 from machine import machine_line
-from pipeline_fidelity import models
+from pipeline_fidelity import measured_local_cluster, models
 
 from baselines.placers import CONTIGUOUS_RUNTIME_DEFAULTS
 from placement_env import from_torch
 from placement_env.plan.pipeline_plan import pipeline_plan
-from placement_env.runtime.local_cluster import local_cluster
 from placement_env.runtime.pipeline_calibration import eager_seconds
 from placement_env.runtime.pipeline_runner import run_pipeline
 from placement_env.sim.pipeline import Step
@@ -53,11 +51,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    print(machine_line(), flush=True)
-    torch.set_num_threads(1)
-    cluster = local_cluster(2)
-    print(f"local_cluster(2) link, loaded: latency {cluster.latency[0, 1] * 1e6:.0f} us, bandwidth "
-          f"{cluster.bandwidth[0, 1] / 1e9:.2f} GB/s", flush=True)
+    cluster = measured_local_cluster()
     zoo, rows = models(), []
     placer = CONTIGUOUS_RUNTIME_DEFAULTS["deepspeed-uniform"]
     for name in args.models.split(","):
