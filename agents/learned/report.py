@@ -20,8 +20,9 @@ from .result import LearnedPlacement
 
 def warm_up(graph: ComputationGraph, cluster: Cluster, step: Step = PLAIN_STEP, contiguous: bool = False) -> None:
     """Build what every search of ``graph`` shares and the first one to run would otherwise pay within its budget
-    (the start placers' compiled code and caches, the simulator's arrays for ``step``: 0.6 s of a 2-s budget on
-    GPT-2 over 16 devices), so that a learned search and the annealing it is compared with start alike."""
+    (the start placers' compiled code and caches, the simulator's arrays for ``step``: on GPT-2 over 16 devices
+    the start placers take 0.39 s the first time and 0.17 s after, ``benchmarks/steering_speed.py``), so that a
+    learned search and the annealing it is compared with start alike."""
     placers = CONTIGUOUS_PLACERS if contiguous else PLACERS
     ranked_starts(graph, cluster, {name: placers[name] for name in SEARCH_STARTS}, step=step)
 
