@@ -20,6 +20,10 @@ arrival with a smaller key must wait to be seen. Here:
   ready in topological order, so an insertion moves next to nothing), so the schedule's choice is a scan for
   the first non-empty queue and a capped forward op (1F1B) lets the next
   class go first;
+* no helper function takes the loop's own arrays: numba increments and decrements an array's reference count,
+  an atomic instruction each, for every array passed to a function it does not inline, which cost a fifth of
+  the run when queueing a ready op was such a helper (found with ``perf``); ops that become ready are listed
+  and queued at the top of the loop instead, and each op's class is computed once per graph, not per placement;
 * the memory sweep is the plain kernel's :func:`~placement_env.sim.kernel._peak_memory`: its assumptions
   (transfers booked in execution order, one channel per direction) hold here too.
 """
@@ -36,50 +40,17 @@ _INF = np.inf
 _OP_DONE, _TRANSFER_DONE, _START = 0, 1, 3
 
 
-@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"})
-def _ready_push(rkey, rval, qoff, qlen, heaped, ccount, low, dc, k, q, key, v):
-    """Queue ``v`` (schedule key ``key``) on ready queue ``q`` (micro-batch ``k`` of device-and-class ``dc``):
-    a sorted run from ``qoff[q]`` while an insertion moves at most ``RUN_LIMIT`` entries (ops mostly become
-    ready in key order), a binary heap after that until the queue empties, as the plain kernel's ready queues;
-    ``ccount[dc]`` counts the ready ops of ``dc`` and ``low[dc]`` is its lowest micro-batch with one."""
-    ccount[dc] += 1
-    if ccount[dc] == 1 or k < low[dc]:
-        low[dc] = k
-    h = qoff[q]
-    size = qlen[q]
-    j = h + size - (RUN_LIMIT + 1)  # read only when the run is longer than RUN_LIMIT
-    if heaped[q] == 0 and (size <= RUN_LIMIT or rkey[j] < key):
-        _run_insert(rkey, rval, h, h + size, key, v)
-    else:
-        heaped[q] = 1
-        _sift_up(rkey, rval, h, size, key, v)
-    qlen[q] = size + 1
-
-
-@njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"})
-def _became_ready(v, b, klass, micro, key, mb, rkey, rval, qoff, qlen, heaped, ccount, low, running, pending,
-                  npending):
-    """Op ``v``'s last input is on its device ``b`` now: queue it, and ask an idle ``b`` to start (a busy device
-    looks again when its op ends). Returns the new count of pending starts."""
-    dc = 3 * b + klass[v]
-    _ready_push(rkey, rval, qoff, qlen, heaped, ccount, low, dc, micro[v], dc * (mb + 1) + micro[v],
-                np.float64(key[v]), v)
-    if running[b] < 0:
-        npending += 1 - pending[b]
-        pending[b] = 1
-    return npending
-
-
 @njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"},
       locals=_unsigned("u", "a", "b", "v", "d", "k", "c", "j", "w", "x"))
 def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_slot, place,
-                  key, micro, forward, first, capped, microbatches,
+                  key, klass, micro, forward, first, capped, microbatches,
                   speed, bandwidth, latency, param_factor,
                   start, end, remaining, hoff, devops, xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount,
                   free_at_op, events, busy, peak, reads, last_reader,
                   etime, ekey, rkey, rval, xnext):
     """Simulate one placement of an unrolled step (positions as in the plain kernel); fills the same
-    arrays. ``key``: the schedule key of each position; ``micro``: its micro-batch (``microbatches`` for
+    arrays. ``key``: the schedule key of each position; ``klass``: its class (``key // (n (microbatches + 1))``:
+    which of forward, backward and update a device prefers); ``micro``: its micro-batch (``microbatches`` for
     an update op); ``forward``: 1 for a forward op; ``first``: the graph's topological index of the op a
     forward position copies (stage order); ``capped``: 1 for 1F1B's limit of micro-batches in flight.
     ``etime`` / ``ekey``: the event heap; ``rkey`` / ``rval``: the ready queues; ``xnext``: each transfer's
@@ -88,19 +59,16 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
     n = cost.shape[0]
     m = speed.shape[0]
     mb = microbatches
-    span = n * (mb + 1)  # class of a key: key // span
     wide = m > 63
     S = n + sdst.shape[0] + m + 1  # secondary event key = phase * S + key
     nq = 3 * m * (mb + 1)  # ready queue of (device d, class c, micro-batch k): (3d + c)(m + 1) + k
     counts = np.zeros(nq, np.int64)
-    klass = np.empty(n, np.int64)
     dcount = np.zeros(m, np.int64)
     static = np.zeros(m)
     left = np.zeros(m * (mb + 1), np.int64)
     firstd = np.full(m, np.iinfo(np.int64).max)
     for v in range(n):
         d = place[v]
-        klass[v] = key[v] // span
         counts[(3 * d + klass[v]) * (mb + 1) + micro[v]] += 1
         dcount[d] += 1
         static[d] += param_bytes[v] * param_factor
@@ -142,12 +110,15 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
     fifo_tail = np.full(m, -1, np.int64)
     elen = 0
 
+    # ops whose last input has just arrived on their device, queued at the top of the loop (one place: a
+    # helper taking the queues' arrays would pay an atomic reference count per array per call)
+    fresh = np.empty(n, np.int64)
+    nfresh = 0
     for v in range(n):
         remaining[v] = indeg[v]
         if indeg[v] == 0:
-            dc = 3 * place[v] + klass[v]
-            _ready_push(rkey, rval, qoff, qlen, heaped, ccount, low, dc, micro[v], dc * (mb + 1) + micro[v],
-                        np.float64(key[v]), v)
+            fresh[nfresh] = v
+            nfresh += 1
     # device starts pending at the current time (a start is only ever requested for the current time, and
     # comes after every completion at that time): a flag per device instead of heap events
     pending = np.ones(m, np.int64)
@@ -156,7 +127,32 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
     nx = 0
     makespan = 0.0
     t = 0.0
-    while elen > 0 or npending > 0:
+    while True:
+        for i in range(nfresh):  # queue each: a sorted run while an insertion moves at most RUN_LIMIT
+            v = fresh[i]  # entries (ops mostly become ready in key order), a binary heap until it empties
+            b = place[v]
+            dc = 3 * b + klass[v]
+            k = micro[v]
+            kv = np.float64(key[v])
+            ccount[dc] += 1  # ready ops of (device, class) dc, and the lowest micro-batch among them
+            if ccount[dc] == 1 or k < low[dc]:
+                low[dc] = k
+            q = dc * (mb + 1) + k
+            h = qoff[q]
+            size = qlen[q]
+            jr = h + size - (RUN_LIMIT + 1)  # read only when the run is longer than RUN_LIMIT
+            if heaped[q] == 0 and (size <= RUN_LIMIT or rkey[jr] < kv):
+                _run_insert(rkey, rval, h, h + size, kv, v)
+            else:
+                heaped[q] = 1
+                _sift_up(rkey, rval, h, size, kv, v)
+            qlen[q] = size + 1
+            if running[b] < 0:  # ask an idle device to start (a busy one looks again when its op ends)
+                npending += 1 - pending[b]
+                pending[b] = 1
+        nfresh = 0
+        if elen == 0 and npending == 0:
+            break
         if elen > 0 and (npending == 0 or etime[0] == t):  # a completion now (or the next event)
             t = etime[0]
             ev = _heap_pop(etime, ekey, 0, elen)
@@ -217,8 +213,8 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
                     reads[in_slot[k]] = u
                     remaining[v] -= 1
                     if remaining[v] == 0:
-                        npending = _became_ready(v, b, klass, micro, key, mb, rkey, rval, qoff, qlen, heaped,
-                                                 ccount, low, running, pending, npending)
+                        fresh[nfresh] = v
+                        nfresh += 1
                 else:  # the copy booked for device b above
                     reads[in_slot[k]] = n + xto[b]
             npending += 1 - pending[a]
@@ -237,8 +233,8 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
                 if place[v] == b:
                     remaining[v] -= 1
                     if remaining[v] == 0:
-                        npending = _became_ready(v, b, klass, micro, key, mb, rkey, rval, qoff, qlen, heaped,
-                                                 ccount, low, running, pending, npending)
+                        fresh[nfresh] = v
+                        nfresh += 1
         else:  # start, on device d, the ready op the schedule ranks first among those that may start
             d = ev
             if running[d] >= 0:
@@ -293,7 +289,7 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
 
 @njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz"}, locals=_unsigned("v"))
 def pipeline_batch(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_slot, placements, gather,
-                   key, micro, forward, first, capped, microbatches,
+                   key, klass, micro, forward, first, capped, microbatches,
                    speed, bandwidth, latency, param_factor,
                    start, end, remaining, hoff, devops, xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount,
                    free_at_op, events, busy, peak, reads, last_reader, etime, ekey, rkey, rval, xnext,
@@ -306,7 +302,7 @@ def pipeline_batch(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr
         for k in range(n):
             place[k] = placements[i, gather[k]]
         mk, _ = pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_slot, place,
-                              key, micro, forward, first, capped, microbatches,
+                              key, klass, micro, forward, first, capped, microbatches,
                               speed, bandwidth, latency, param_factor,
                               start, end, remaining, hoff, devops, xsrc, xa, xb, xs, xe, xbytes, xfirst, xcount,
                               free_at_op, events, busy, peak, reads, last_reader, etime, ekey, rkey, rval,
@@ -336,8 +332,10 @@ class PipelineWorkspace:
 
 
 def schedule_arrays(step: Unrolled, schedule: str, order: np.ndarray) -> tuple:
-    """``(gather, key, micro, forward, first, capped)`` of :func:`pipeline_batch` in the unrolled graph's
+    """``(gather, key, klass, micro, forward, first, capped)`` of :func:`pipeline_batch` in the unrolled graph's
     topological positions (``order``: the node at each position)."""
     forward = (step.kind == FORWARD).astype(np.int64)
-    return (step.origin[order].copy(), schedule_keys(step, schedule)[order].copy(), step.micro[order].copy(),
+    key = schedule_keys(step, schedule)[order]
+    klass = key // (step.graph.num_nodes * (step.microbatches + 1))
+    return (step.origin[order].copy(), key.copy(), klass, step.micro[order].copy(),
             forward[order].copy(), step.origin_topo[order].copy(), np.int64(schedule == "1f1b"))
