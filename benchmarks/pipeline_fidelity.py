@@ -1,7 +1,7 @@
 """The simulator's pipelined step against pipelines run with torch.distributed.pipelining on 2 local devices.
 
     python benchmarks/pipeline_fidelity.py [--rounds 3] [--steps 4] [--models gpt2,bert,vit,llama,cnn]
-        [--calibrate] [--json experiments/pipeline_fidelity/rows.json]
+        [--calibrate | --calibrate-per-model] [--json experiments/pipeline_fidelity/rows.json]
 
 Five models, four from Hugging Face configs (GPT-2 with its tied embeddings, BERT with its tied decoder, ViT,
 Llama; 4 layers, width 128) and a plain PyTorch CNN, each imported with ``from_torch(..., profile=True,
@@ -21,7 +21,9 @@ fastest or within the measured spread of the fastest. The summary: mean |simulat
 20%, per-stage memory within 20%. With ``--calibrate``, each plan is also simulated with the pipeline runtime's
 overheads (per op call and micro-batch, per message) measured first on a calibration model of their own
 (:func:`placement_env.runtime.pipeline_calibration.calibrate_pipeline`), and the summary gives that column's
-error too.
+error too. With ``--calibrate-per-model`` the column is instead simulated with the overheads measured on each model
+itself (:func:`~placement_env.runtime.pipeline_calibration.calibrate_model`): one-stage runs at m in {1, 2, 4, 8}
+and the ``deepspeed-uniform`` plan at m = 2 under GPipe, none of them a cell of the table.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS, s
 from placement_env import from_torch
 from placement_env.plan.pipeline_plan import pipeline_plan
 from placement_env.runtime.local_cluster import local_cluster
-from placement_env.runtime.pipeline_calibration import calibrate_pipeline
+from placement_env.runtime.pipeline_calibration import PipelineOverheads, calibrate_model, calibrate_pipeline
 from placement_env.runtime.pipeline_runner import run_pipeline
 from placement_env.sim.pipeline import Step
 
@@ -97,12 +99,16 @@ def main() -> None:
     parser.add_argument("--calibrate", action="store_true",
                         help="also simulate each plan with the pipeline runtime's overheads measured on a "
                              "calibration model of its own (placement_env.runtime.pipeline_calibration)")
+    parser.add_argument("--calibrate-per-model", action="store_true",
+                        help="the same with the overheads measured on each model itself, in runs that are no cell "
+                             "of the table (calibrate_model)")
     args = parser.parse_args()
+    if args.calibrate and args.calibrate_per_model:
+        parser.error("--calibrate and --calibrate-per-model are two designs of one column: give one")
     cluster = measured_local_cluster()
     overheads = calibrate_pipeline(cluster, rounds=args.rounds) if args.calibrate else None
     if overheads is not None:
-        print(f"pipeline runtime, calibrated: {overheads.call_seconds * 1e6:.1f} us per op call and micro-batch, "
-              f"{overheads.message_seconds * 1e6:.0f} us per message", flush=True)
+        print(f"pipeline runtime, calibrated: {describe(overheads)}", flush=True)
     placers = {**CONTIGUOUS_PLACERS, **CONTIGUOUS_RUNTIME_DEFAULTS, **search_placers(2.0, contiguous=True)}
     rows, summary = [], []
     zoo = models()
@@ -110,6 +116,11 @@ def main() -> None:
         model, inputs, kwargs, depth = zoo[name]
         graph = fastest_costs([from_torch(model, inputs, example_kwargs=kwargs, profile=True, repeats=10,
                                           name=name, colocate_modules=depth) for _ in range(args.rounds)])
+        if args.calibrate_per_model:
+            two = placers["deepspeed-uniform"](graph, cluster, 0, step=Step(2, "gpipe"))
+            overheads = calibrate_model(model, inputs, kwargs, graph, two, cluster, rounds=args.rounds,
+                                        steps=args.steps)
+            print(f"{name:6s} pipeline runtime, calibrated on the model: {describe(overheads)}", flush=True)
         plans: dict[tuple, dict] = {}  # (placement, m, schedule) -> the cell
         for m, schedule in STEPS:
             for placer in PLACERS:
@@ -128,7 +139,7 @@ def main() -> None:
                     continue
                 plans[key] = {"placers": [placer], "plan": plan, "rounds": [], "peaks": []}
                 if overheads is not None:
-                    g, c = overheads.applied(graph, cluster)
+                    g, c = overheads.applied(graph, cluster, placement)
                     plans[key]["calibrated"] = pipeline_plan(g, placement, c, microbatches=m, schedule=schedule,
                                                              param_factor=2.0).simulated_step_seconds
         for _ in range(args.rounds):  # interleaved: every plan once a round
@@ -203,10 +214,17 @@ def main() -> None:
           f"of the measured rounds {np.median([r['spread'] for r in ran]):.1%}; stage peaks within 20%: "
           f"{sum(e <= 0.2 for e in memory)} / {len(memory)}; models whose simulated best is measured fastest or "
           f"within its spread: {sum(s['best_within_spread'] for s in summary)} / {len(summary)}", flush=True)
-    if overheads is not None:
+    if args.calibrate or args.calibrate_per_model:
         calibrated = [abs(r["calibrated_ratio"] - 1) for r in ran]
         print(f"calibrated: mean |simulated/measured - 1| {np.mean(calibrated):.1%}; cells within 20%: "
               f"{sum(e <= 0.2 for e in calibrated)} / {len(ran)}", flush=True)
+
+
+def describe(overheads: PipelineOverheads) -> str:
+    """One line of the overheads, in microseconds."""
+    return (f"{overheads.call_seconds * 1e6:.1f} us per op call and micro-batch, {overheads.step_seconds * 1e6:.0f} us "
+            f"a step, {overheads.tensor_seconds * 1e6:.0f} us per tensor crossing stages and micro-batch, "
+            f"{overheads.message_seconds * 1e6:.0f} us per message")
 
 
 def write_json(path: str | None, cluster: Any, rows: list[dict], summary: list[dict]) -> None:

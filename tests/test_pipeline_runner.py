@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -293,7 +294,6 @@ def test_a_plan_of_two_replicas_ends_an_sgd_step_with_the_model_s_parameters(gpt
 
 
 def test_plans_the_runner_cannot_run_are_one_error(gpt2_and_graph):
-    from dataclasses import replace
 
     from placement_env.plan.planner import plan_pipeline
 
@@ -353,7 +353,6 @@ def test_a_stage_that_begins_at_a_module_list_begins_at_its_first_block():
     placement = by_units(graph, device)
     plan = pipeline_plan(graph, placement, Cluster.preset("p100", 2), microbatches=2, schedule="gpipe")
     assert plan.split_spec == ["blocks.0"]  # the plan names the first block (the list is entered twice)
-    from dataclasses import replace
 
     by_hand = replace(plan, stages=[plan.stages[0], replace(plan.stages[1], begins_at="blocks")])
     assert by_hand.split_spec == ["blocks"]  # a plan written by hand: before, "the model splits into 1 stages"
@@ -382,3 +381,31 @@ def test_the_pipeline_overheads_are_applied_by_hand_and_the_latency_fit_reaches_
     assert pipeline_plan(g, placement, c, microbatches=4, schedule="gpipe").simulated_step_seconds == \
         pytest.approx(measured, rel=1e-6)
     assert message_latency(graph, placement, cluster, 5e-5, 1e-6, 4) == 0.0  # already slower than that
+
+
+def test_the_per_model_overheads_count_each_crossing_tensor_once_a_side_and_the_fit_reaches_the_measured_step():
+    from placement_env.graph.model import ComputationGraph, Edge, Node
+    from placement_env.runtime.pipeline_calibration import PipelineOverheads, crossing_tensors, tensor_cost
+
+    graph = ComputationGraph([Node("x", "input", 0.0, 100), Node("w", "parameter", 0.0, 40, 40),
+                              Node("a", "matmul", 1e-3, 100, 10, module="a", fixed_cost=1e-4),
+                              Node("b", "matmul", 2e-3, 0, 10, module="b"), Node("c", "add", 1e-3, 0, module="b")],
+                             [Edge("x", "a"), Edge("w", "a"), Edge("w", "b"), Edge("a", "b"), Edge("a", "c")],
+                             name="g", batch=8)
+    placement = np.array([0, 0, 0, 1, 1])
+    # a sends once to device 1 (read there by b and c), b and c receive one each; w is a parameter: no message
+    assert crossing_tensors(graph, placement).tolist() == [0, 0, 1, 1, 1]
+    cluster = Cluster.preset("p100", 2)
+    g, c = PipelineOverheads(5e-5, step_seconds=3e-3, tensor_seconds=1e-4).applied(graph, cluster, placement)
+    assert g.cost.tolist() == pytest.approx([0.0, 0.0, 1e-3 + 5e-5 + 1e-4 + 3e-3, 2e-3 + 5e-5 + 1e-4,
+                                             1e-3 + 5e-5 + 1e-4])  # the step's overhead once, on the first op
+    assert [n.fixed_cost or 0.0 for n in g.nodes] == pytest.approx([0.0, 0.0, 2.5e-4, 1.5e-4, 1.5e-4])
+    assert np.array_equal(c.latency, cluster.latency)
+    with pytest.raises(ValueError, match="a device per op"):
+        PipelineOverheads(0.0, tensor_seconds=1e-4).applied(graph, cluster)
+    overheads = PipelineOverheads(5e-5, step_seconds=1e-3)
+    measured = 0.03
+    seconds = tensor_cost(graph, placement, cluster, overheads, measured, 4, "1f1b")
+    g, c = replace(overheads, tensor_seconds=seconds).applied(graph, cluster, placement)
+    assert seconds > 0 and pipeline_plan(g, placement, c, microbatches=4, schedule="1f1b").simulated_step_seconds \
+        == pytest.approx(measured, rel=1e-6)

@@ -66,11 +66,14 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
     dcount = np.zeros(m, np.int64)
     static = np.zeros(m)
     left = np.zeros(m * (mb + 1), np.int64)
+    fwd_left = np.zeros(m, np.int64)  # forward ops of each device not yet ended (GPipe holds backward ops until 0)
+    gpipe = capped == 0
     firstd = np.full(m, np.iinfo(np.int64).max)
     for v in range(n):
         d = place[v]
         counts[(3 * d + klass[v]) * (mb + 1) + micro[v]] += 1
         dcount[d] += 1
+        fwd_left[d] += forward[v]
         static[d] += param_bytes[v] * param_factor
         left[d * (mb + 1) + micro[v]] += 1
         if forward[v] == 1 and first[v] < firstd[d]:
@@ -89,7 +92,8 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
     qoff = np.zeros(nq + 1, np.int64)  # queue q at rkey/rval[qoff[q]:qoff[q] + qlen[q]] (its front moves)
     for q in range(nq):
         qoff[q + 1] = qoff[q] + counts[q]
-    qlen = np.zeros(nq, np.int64)
+    qlen = np.zeros(nq + 1, np.int64)  # queue nq: always empty, the chunk of a device that has run nothing yet
+    lastq = np.full(m, nq, np.int64)  # the queue (chunk) of the op each device started last
     heaped = np.zeros(nq, np.int64)  # 1 while queue q is a binary heap, 0 while a sorted run
     ccount = np.zeros(3 * m, np.int64)  # ready ops of (device d, class c) at 3d + c
     low = np.zeros(3 * m, np.int64)  # and the lowest micro-batch among them
@@ -172,6 +176,7 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
             makespan = max(makespan, t)
             j = a * (mb + 1) + micro[u]
             left[j] -= 1
+            fwd_left[a] -= forward[u]
             while retired[a] < mb and left[a * (mb + 1) + retired[a]] == 0:
                 retired[a] += 1
             remote = 0  # bit b: a consumer on device b != a (up to 63 devices; all of them tested beyond)
@@ -239,27 +244,35 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
             d = ev
             if running[d] >= 0:
                 continue
-            chosen = -1
-            for c in range(3):
-                dc = 3 * d + c
-                if ccount[dc] == 0:
-                    continue
-                q = dc * (mb + 1) + low[dc]  # the lowest micro-batch with a ready op of class c
-                v = rval[qoff[q]]
-                if forward[v] == 1 and micro[v] >= retired[d] + caps[d]:
-                    continue
-                if heaped[q] == 0:
-                    qoff[q] += 1
-                else:
-                    _heap_pop(rkey, rval, qoff[q], qlen[q])
-                    heaped[q] = np.int64(qlen[q] > 1)  # an empty queue starts again as a sorted run
-                qlen[q] -= 1
-                ccount[dc] -= 1
-                if ccount[dc] > 0:
-                    while qlen[dc * (mb + 1) + low[dc]] == 0:
-                        low[dc] += 1
-                chosen = v
-                break
+            q = -1
+            if qlen[lastq[d]] > 0:  # the chunk of the op that just ended here runs on (lastq: a sentinel at first)
+                q = lastq[d]
+                dc = q // (mb + 1)
+            else:
+                for c in range(3):
+                    dc = 3 * d + c
+                    if ccount[dc] == 0 or (c == 1 and gpipe and fwd_left[d] > 0):  # GPipe: no backward yet
+                        continue
+                    q = dc * (mb + 1) + low[dc]  # the lowest micro-batch with a ready op of class c
+                    v = rval[qoff[q]]
+                    if forward[v] == 1 and micro[v] >= retired[d] + caps[d]:
+                        q = -1
+                        continue
+                    break
+            if q < 0:
+                continue
+            chosen = rval[qoff[q]]
+            if heaped[q] == 0:
+                qoff[q] += 1
+            else:
+                _heap_pop(rkey, rval, qoff[q], qlen[q])
+                heaped[q] = np.int64(qlen[q] > 1)  # an empty queue starts again as a sorted run
+            qlen[q] -= 1
+            ccount[dc] -= 1
+            if ccount[dc] > 0:
+                while qlen[dc * (mb + 1) + low[dc]] == 0:
+                    low[dc] += 1
+            lastq[d] = q
             if chosen < 0:
                 continue
             v = chosen

@@ -44,34 +44,49 @@ class _EarliestReady:
 
 
 class _Schedule:
-    """Section 3a's choice: the smallest (class, micro-batch, topological index) of the ready ops that may
-    start; under 1F1B a forward op of micro-batch k on d only while ``k < retired[d] + cap[d]``."""
+    """Section 3a's choice: a ready op of the chunk (class, micro-batch) of the op that just ended on the device
+    first, by topological index; otherwise the smallest (class, micro-batch, topological index) of the ready ops
+    that may start: under 1F1B a forward op of micro-batch k on d only while ``k < retired[d] + cap[d]``, under
+    GPipe a backward op only once every forward op on d has ended."""
 
     def __init__(self, m: int, keys: list[int], micro: list[int], forward: list[bool], p: list[int],
-                 microbatches: int, caps: list[int] | None) -> None:
+                 microbatches: int, caps: list[int] | None, chunk_span: int, gpipe: bool) -> None:
         self.queues: list[list[tuple[int, int]]] = [[] for _ in range(m)]
         self.keys, self.micro, self.forward, self.caps = keys, micro, forward, caps
         self.left = [[0] * (microbatches + 1) for _ in range(m)]  # ops of each micro-batch not yet ended
+        self.forward_left = [0] * m  # forward ops not yet ended
         for v, d in enumerate(p):
             self.left[d][micro[v]] += 1
+            self.forward_left[d] += int(forward[v])
         self.retired = [0] * m
         self.microbatches = microbatches
+        self.chunk_span = chunk_span  # the chunk of key k is k // chunk_span
+        self.gpipe = gpipe
+        self.last_chunk = [-1] * m
 
     def push(self, d: int, v: int, t: float) -> None:
         heapq.heappush(self.queues[d], (self.keys[v], v))
 
+    def _may_start(self, d: int, v: int) -> bool:
+        if self.forward[v]:
+            return self.caps is None or self.micro[v] < self.retired[d] + self.caps[d]
+        return not (self.gpipe and self.micro[v] < self.microbatches and self.forward_left[d] > 0)
+
     def pop(self, d: int) -> int | None:
         q = self.queues[d]
-        for _, v in sorted(q):
-            if self.caps is not None and self.forward[v] and self.micro[v] >= self.retired[d] + self.caps[d]:
-                continue
-            q.remove((self.keys[v], v))
-            heapq.heapify(q)
-            return v
+        order = sorted(q)
+        same = [(k, v) for k, v in order if k // self.chunk_span == self.last_chunk[d]]
+        for k, v in same + order:
+            if (k, v) in same or self._may_start(d, v):
+                q.remove((k, v))
+                heapq.heapify(q)
+                self.last_chunk[d] = k // self.chunk_span
+                return v
         return None
 
     def ended(self, d: int, v: int) -> None:
         self.left[d][self.micro[v]] -= 1
+        self.forward_left[d] -= int(self.forward[v])
         while self.retired[d] < self.microbatches and self.left[d][self.retired[d]] == 0:
             self.retired[d] += 1
 
@@ -89,7 +104,8 @@ def simulate_reference(graph: ComputationGraph, placement, cluster: Cluster, par
     caps = stage_caps(graph, np.array(p, np.int64), cluster.num_devices).tolist() if schedule == "1f1b" else None
     up = [p[i] for i in step.origin.tolist()]
     chooser = _Schedule(cluster.num_devices, schedule_keys(step, schedule).tolist(), step.micro.tolist(),
-                        (step.kind == FORWARD).tolist(), up, microbatches, caps)
+                        (step.kind == FORWARD).tolist(), up, microbatches, caps, step.graph.num_nodes,
+                        schedule == "gpipe")
     return _simulate(step.graph, up, cluster, param_factor, chooser)
 
 
