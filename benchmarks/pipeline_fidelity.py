@@ -2,6 +2,7 @@
 
     python benchmarks/pipeline_fidelity.py [--rounds 3] [--steps 4] [--models gpt2,bert,vit,llama,cnn]
         [--calibrate | --calibrate-per-model] [--json experiments/pipeline_fidelity/rows.json]
+    python benchmarks/pipeline_fidelity.py --summary-of experiments/pipeline_fidelity/per_model_rows.json
 
 Five models, four from Hugging Face configs (GPT-2 with its tied embeddings, BERT with its tied decoder, ViT,
 Llama; 4 layers, width 128) and a plain PyTorch CNN, each imported with ``from_torch(..., profile=True,
@@ -96,6 +97,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--models", default="gpt2,bert,vit,llama,cnn")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--summary-of", default=None, metavar="JSON",
+                        help="print the rankings and summary of a rows file this script wrote, and stop")
     parser.add_argument("--calibrate", action="store_true",
                         help="also simulate each plan with the pipeline runtime's overheads measured on a "
                              "calibration model of its own (placement_env.runtime.pipeline_calibration)")
@@ -105,6 +108,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.calibrate and args.calibrate_per_model:
         parser.error("--calibrate and --calibrate-per-model are two designs of one column: give one")
+    if args.summary_of:
+        summary_of(args.summary_of)
+        return
     cluster = measured_local_cluster()
     overheads = calibrate_pipeline(cluster, rounds=args.rounds) if args.calibrate else None
     if overheads is not None:
@@ -189,23 +195,52 @@ def main() -> None:
                      if "calibrated_ms" in row else ""), flush=True)
         if not model_rows:
             continue
-        sims = [r["simulated_ms"] for r in model_rows]
-        measured = [r["measured_ms"] for r in model_rows]
-        best_sim, best_real = int(np.argmin(sims)), int(np.argmin(measured))
-        within_spread = measured[best_sim] <= measured[best_real] * (1 + model_rows[best_real]["spread"]
-                                                                     + model_rows[best_sim]["spread"])
-        summary.append({"model": name, "spearman": spearman(sims, measured), "same_best": best_sim == best_real,
-                        "best_within_spread": bool(within_spread),
-                        "simulated_best": f"{model_rows[best_sim]['placers']} m={model_rows[best_sim]['microbatches']} "
-                                          f"{model_rows[best_sim]['schedule']}",
-                        "measured_best": f"{model_rows[best_real]['placers']} "
-                                         f"m={model_rows[best_real]['microbatches']} "
-                                         f"{model_rows[best_real]['schedule']}"})
-        s = summary[-1]
-        print(f"{name:6s} spearman {s['spearman']:.2f}; best simulated {s['simulated_best']}, fastest measured "
-              f"{s['measured_best']} (the simulated best {'is' if s['best_within_spread'] else 'is not'} within "
-              "the measured spread of the fastest)", flush=True)
+        summary.append(ranking(name, model_rows))
+        print(ranking_line(summary[-1]), flush=True)
         write_json(args.json, cluster, rows, summary)
+    print_summary(rows, summary)
+
+
+def ranking(name: str, model_rows: list[dict]) -> dict:
+    """Per model: Spearman's rho of the simulated and measured steps, and whether the plan the simulator ranks best
+    is measured fastest or within the measured spread of the fastest; with the calibrated column too when the rows
+    have one."""
+    measured = [r["measured_ms"] for r in model_rows]
+    best_real = int(np.argmin(measured))
+    out: dict[str, Any] = {"model": name, "measured_best": plan_name(model_rows[best_real])}
+    for column, prefix in (("simulated_ms", ""), ("calibrated_ms", "calibrated_")):
+        if column not in model_rows[0]:
+            continue
+        sims = [r[column] for r in model_rows]
+        best_sim = int(np.argmin(sims))
+        within = measured[best_sim] <= measured[best_real] * (1 + model_rows[best_real]["spread"]
+                                                              + model_rows[best_sim]["spread"])
+        out.update({f"{prefix}spearman": spearman(sims, measured), f"{prefix}same_best": best_sim == best_real,
+                    f"{prefix}best_within_spread": bool(within),
+                    f"{prefix}simulated_best": plan_name(model_rows[best_sim])})
+    return out
+
+
+def plan_name(row: dict) -> str:
+    """A row's placers, micro-batches and schedule."""
+    return f"{row['placers']} m={row['microbatches']} {row['schedule']}"
+
+
+def ranking_line(s: dict) -> str:
+    """The printed line of :func:`ranking`."""
+    line = (f"{s['model']:6s} spearman {s['spearman']:.2f}; best simulated {s['simulated_best']}, fastest measured "
+            f"{s['measured_best']} (the simulated best {'is' if s['best_within_spread'] else 'is not'} within the "
+            "measured spread of the fastest)")
+    if "calibrated_spearman" in s:
+        verdict = ("measured fastest" if s["calibrated_same_best"] else
+                   "within the spread" if s["calibrated_best_within_spread"] else "not within the spread")
+        line += (f"; calibrated: spearman {s['calibrated_spearman']:.2f}, best {s['calibrated_simulated_best']} "
+                 f"({verdict})")
+    return line
+
+
+def print_summary(rows: list[dict], summary: list[dict]) -> None:
+    """The table's summary lines: errors, cells within 20%, spreads, memory, rankings (and the calibrated column's)."""
     ran = [r for r in rows if "error" not in r]
     errors = [abs(r["ratio"] - 1) for r in ran]
     memory = [abs(x - 1) for r in ran for x in r["memory_ratio"]]
@@ -214,10 +249,22 @@ def main() -> None:
           f"of the measured rounds {np.median([r['spread'] for r in ran]):.1%}; stage peaks within 20%: "
           f"{sum(e <= 0.2 for e in memory)} / {len(memory)}; models whose simulated best is measured fastest or "
           f"within its spread: {sum(s['best_within_spread'] for s in summary)} / {len(summary)}", flush=True)
-    if args.calibrate or args.calibrate_per_model:
+    if ran and "calibrated_ratio" in ran[0]:
         calibrated = [abs(r["calibrated_ratio"] - 1) for r in ran]
         print(f"calibrated: mean |simulated/measured - 1| {np.mean(calibrated):.1%}; cells within 20%: "
-              f"{sum(e <= 0.2 for e in calibrated)} / {len(ran)}", flush=True)
+              f"{sum(e <= 0.2 for e in calibrated)} / {len(ran)}; models whose calibrated best is measured fastest: "
+              f"{sum(s['calibrated_same_best'] for s in summary)}, or within its spread: "
+              f"{sum(s['calibrated_best_within_spread'] for s in summary)} / {len(summary)}", flush=True)
+
+
+def summary_of(path: str) -> None:
+    """Print the rankings and the summary of a rows file this script wrote (``--summary-of``)."""
+    rows = json.loads(Path(path).read_text())["rows"]
+    ran = [r for r in rows if "error" not in r]
+    summary = [ranking(name, [r for r in ran if r["model"] == name]) for name in dict.fromkeys(r["model"] for r in ran)]
+    for s in summary:
+        print(ranking_line(s))
+    print_summary(rows, summary)
 
 
 def describe(overheads: PipelineOverheads) -> str:
