@@ -71,9 +71,9 @@ def unit_parameters(graph: ComputationGraph) -> np.ndarray:
 def unit_can_begin(graph: ComputationGraph) -> np.ndarray | None:
     """Per placement unit in program order, whether a pipeline stage may begin at it: its first op's module, or an
     ancestor that begins at that op, is a module the program enters once (a runtime begins a stage at each call:
-    a dropout a block calls twice would begin two), and no unit before it in program order has a forward op after
-    its first one (a module called twice is one unit whose calls enclose the ops between them: a cut there would
-    split it). None for a graph without module names (nothing is exported from it, so every cut is allowed)."""
+    a dropout a block calls twice would begin two), and no unit of a module the program enters more than once
+    has a forward op before it and one after its first op (that module's calls enclose the ops between them: a cut
+    there would split it). None for a graph without module names (nothing is exported from it, so every cut is allowed)."""
     if "unit_can_begin" not in graph.derived:
         allowed = None
         if any(node.module for node in graph.nodes):
@@ -84,6 +84,11 @@ def unit_can_begin(graph: ComputationGraph) -> np.ndarray | None:
             np.minimum.at(first_op, graph.unit_of, index)
             last_op = np.full(graph.num_units, -1)
             np.maximum.at(last_op, graph.unit_of[forward], index[forward])
+            # only a module entered more than once encloses other units' ops in its calls; a unit that spans the
+            # program for another reason (a tensor colocated with its views in every layer: llama's rotary cos
+            # and sin) does not, and a stage that begins inside its span receives the tensor as runtimes do
+            repeated = np.array([graph.nodes[i].module in modules.called_again for i in first_op.tolist()])
+            last_op[~repeated] = -1
             allowed = np.zeros(graph.num_units, dtype=bool)
             for u, i in enumerate(first_op.tolist()):
                 module = graph.nodes[i].module

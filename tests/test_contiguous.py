@@ -23,8 +23,19 @@ from baselines.stages import (
     nearest_contiguous,
     program_order,
     stage_neighbours,
+    unit_can_begin,
 )
-from placement_env import Cluster, ComputationGraph, Device, Edge, Node, from_torch, simulate, write_graph
+from placement_env import (
+    Cluster,
+    ComputationGraph,
+    Device,
+    Edge,
+    Node,
+    from_torch,
+    load_graph,
+    simulate,
+    write_graph,
+)
 from placement_env.plan.split_points import to_split_points
 from placement_env.sim.pipeline import Step
 from placement_env.sim.reference import simulate_reference
@@ -292,3 +303,15 @@ def test_no_stage_begins_at_a_module_the_program_enters_twice():
     for seed in range(3):
         result = anneal_units(graph, cluster, units, seed, None, 30, step=Step(2, "gpipe"), contiguous=True)
         to_split_points(graph, result.placement)
+
+
+def test_a_tensor_colocated_with_its_views_in_every_layer_does_not_forbid_cuts():
+    # llama's rotary cos and sin are each one unit with their views in all 22 layers: that span is no module
+    # called twice, so a stage may still begin at every decoder layer, and the contiguous split uses all 8 devices
+    g = load_graph("llama-1b")
+    names = [g.unit_names[u] for u in program_order(g)]
+    allowed = {name for name, ok in zip(names, unit_can_begin(g)) if ok}
+    spanning = [u for u, name in enumerate(g.unit_names) if name in ("to_4/alias", "to_5/alias")]
+    assert len(spanning) == 2 and len(allowed) >= 22
+    placement = CONTIGUOUS_PLACERS["split"](g, Cluster.preset("a100-nvlink", 8), 0, step=Step(8, "1f1b"))
+    assert np.unique(placement).size == 8 and is_contiguous(g, placement)
