@@ -126,6 +126,39 @@ def markdown(rows: list[tuple[str, dict]], memory: bool, needs: dict[str, float]
     return lines
 
 
+def best_of(result: dict, placers: tuple[str, ...] | None = None) -> tuple[float, str]:
+    """The smallest makespan within memory of a row (of ``placers`` only, if given) and its placer."""
+    ok = [r for r in result["rows"] if not r.get("error") and not r["oom"]
+          and (placers is None or r["placer"] in placers)]
+    if not ok:
+        return float("inf"), "none"
+    r = min(ok, key=lambda r: r["makespan"])
+    return float(r["makespan"]), str(r["placer"])
+
+
+def figures(title: str, rows: list[tuple[str, dict]]) -> list[str]:
+    """The figures RESULTS.md's prose quotes, per model of one cluster: best one step over single, the best one
+    step over the best contiguous pipelined step, the best contiguous over the best unconstrained pipelined step,
+    DeepSpeed's better partition and ``split`` against the best contiguous one."""
+    by = dict(rows)
+    lines = [f"figures, {title}:"]
+    for model in dict.fromkeys(label.split(",")[0] for label, _ in rows):
+        one, plain, contiguous = (by[f"{model}, {label}"] for _, _, label in STEPS)
+        best_one, one_placer = best_of(one)
+        single = best_of(one, ("single",))[0]
+        best_plain = best_of(plain)[0]
+        best_contiguous, contiguous_placer = best_of(contiguous)
+        deepspeed = best_of(contiguous, ("deepspeed-uniform", "deepspeed-parameters"))[0]
+        split = best_of(contiguous, ("split",))[0]
+        over_single = f"{best_one / single:.3f}" if np.isfinite(single) else "- (single infeasible)"
+        lines.append(f"  {model}: best one step / single {over_single} ({one_placer}, "
+                     f"{best_one * 1e3:.2f} ms); best one step / best contiguous pipelined "
+                     f"{best_one / best_contiguous:.2f} x; best contiguous / best unconstrained pipelined "
+                     f"{best_contiguous / best_plain:.3f} ({contiguous_placer}); DeepSpeed's better / best contiguous "
+                     f"{deepspeed / best_contiguous:.3f}; split / best contiguous {split / best_contiguous:.3f}")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the tables (Markdown) here")
@@ -137,6 +170,7 @@ def main() -> int:
     args.cache.mkdir(parents=True, exist_ok=True)
     text = [f"Simulated step (ms) of each placer, the best of a row in bold; searches {args.budget_seconds:g} s "
             "each; `python benchmarks/transformer_placers.py`.", ""]
+    summary: list[str] = []
     for title, cluster in clusters().items():
         rows = []
         for model in args.models:
@@ -148,6 +182,7 @@ def main() -> int:
                 rows.append((f"{model}, {label}", result))
                 print(f"{title}: {model}, {label}: {result['seconds']:.0f} s", flush=True)
         text += [f"### {title}: {cluster.name}", "", *markdown(rows, memory=False), ""]
+        summary += figures(title, rows)
     rows, needs = [], {}
     for model, devices, gib in MEMORY_BOUND:
         if model not in args.models:
@@ -165,6 +200,7 @@ def main() -> int:
         text += ["### memory-bound: A100s with less memory", "",
                  "Each cell: simulated step (ms) and, in brackets, the largest device peak over its memory.", "",
                  *markdown(rows, memory=True, needs=needs), ""]
+    text += ["```", *summary, "```", ""]
     if args.out:
         write_text_atomically(args.out, "\n".join(text))
         print(f"wrote {args.out}")
