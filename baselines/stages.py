@@ -73,7 +73,8 @@ def unit_can_begin(graph: ComputationGraph) -> np.ndarray | None:
     ancestor that begins at that op, is a module the program enters once (a runtime begins a stage at each call:
     a dropout a block calls twice would begin two), and no unit of a module the program enters more than once
     has a forward op before it and one after its first op (that module's calls enclose the ops between them: a cut
-    there would split it). None for a graph without module names (nothing is exported from it, so every cut is allowed)."""
+    there would split it). None for a graph without module names (nothing is exported from it, so every cut is
+    allowed)."""
     if "unit_can_begin" not in graph.derived:
         allowed = None
         if any(node.module for node in graph.nodes):
