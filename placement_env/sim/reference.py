@@ -75,14 +75,14 @@ class _Schedule:
     def pop(self, d: int) -> int | None:
         q = self.queues[d]
         order = sorted(q)
-        same = [(k, v) for k, v in order if k // self.chunk_span == self.last_chunk[d]]
-        for k, v in same + order:
-            if (k, v) in same or self._may_start(d, v):
-                q.remove((k, v))
-                heapq.heapify(q)
-                self.last_chunk[d] = k // self.chunk_span
-                return v
-        return None
+        same = [entry for entry in order if entry[0] // self.chunk_span == self.last_chunk[d]]
+        chosen = same[0] if same else next((entry for entry in order if self._may_start(d, entry[1])), None)
+        if chosen is None:
+            return None
+        q.remove(chosen)
+        heapq.heapify(q)
+        self.last_chunk[d] = chosen[0] // self.chunk_span
+        return chosen[1]
 
     def ended(self, d: int, v: int) -> None:
         self.left[d][self.micro[v]] -= 1
