@@ -20,6 +20,9 @@ arrival with a smaller key must wait to be seen. Here:
   ready in topological order, so an insertion moves next to nothing), so the schedule's choice is a scan for
   the first non-empty queue and a capped forward op (1F1B) lets the next
   class go first;
+* a queue is a chunk (one class and micro-batch of a device): ``lastq[d]`` names the queue of the op the device
+  started last, and a ready op there goes before the schedule's scan (a started chunk runs on); under GPipe
+  ``fwd_left[d]`` counts the device's forward ops not yet ended, and its backward class is skipped until 0;
 * no helper function takes the loop's own arrays: numba increments and decrements an array's reference count,
   an atomic instruction each, for every array passed to a function it does not inline, which cost a fifth of
   the run when queueing a ready op was such a helper (found with ``perf``); ops that become ready are listed
