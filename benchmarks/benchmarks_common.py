@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import numpy as np
+from machine import machine_line
 
 from baselines import PLACERS, PlacementInfeasibleError
 from baselines.placers import SEARCH_STARTS
@@ -22,3 +27,11 @@ def feasible_starts(graph: ComputationGraph, cluster: Cluster) -> list[tuple[flo
         if not result.oom:
             found.append((result.makespan, name, placement))
     return sorted(found, key=lambda item: item[0])
+
+
+def write_rows(path: str | None, rows: list[dict]) -> None:
+    """The rows as JSON at ``path`` (none: nothing), with the machine and the command that made them."""
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({"machine": machine_line(), "command": " ".join(sys.argv), "rows": rows},
+                                         indent=1))

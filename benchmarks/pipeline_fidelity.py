@@ -1,6 +1,6 @@
 """The simulator's pipelined step against pipelines run with torch.distributed.pipelining on 2 local devices.
 
-    python benchmarks/pipeline_fidelity.py [--rounds 3] [--steps 4] [--models gpt2,bert,vit,llama,cnn]
+    python benchmarks/pipeline_fidelity.py [--rounds 3] [--max-rounds 8] [--steps 4] [--models gpt2,bert,vit,llama,cnn]
         [--calibrate | --calibrate-per-model] [--json experiments/pipeline_fidelity/rows.json]
     python benchmarks/pipeline_fidelity.py --summary-of experiments/pipeline_fidelity/per_model_rows.json
 
@@ -14,7 +14,10 @@ schedule (GPipe, 1F1B), four placers give a contiguous placement (``deepspeed-un
 twice: weights and gradients, no optimizer state) and run by ``run_pipeline`` (``--steps`` steps, no update; the
 step is the median of the steps after the first). Plans that agree are run once. Rounds interleave the plans;
 each plan's measured step is the fastest of its rounds' medians, and its spread across rounds is reported beside
-the error it judges.
+the error it judges. After ``--rounds`` rounds, the cells whose error is not resolved (the gap between their two
+fastest rounds, the measurement's ``uncertainty``, is not below ``|predicted / measured - 1|``, the prediction
+being the calibrated column's where there is one) get more rounds, interleaved, up to ``--max-rounds`` in all;
+the summary says how many cells are resolved and bounds the others' error by their error plus their uncertainty.
 
 Printed per cell: the simulated and measured step (ms), their ratio, the spread of the measured rounds, each
 stage's simulated and measured peak memory; per model: whether the plan the simulator ranks best is measured
@@ -38,7 +41,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from fidelity import fastest_costs, spearman
+from fidelity import fastest_costs, spearman, uncertainty
 from machine import machine_line
 from placed_module_speed import ResidualCNN
 
@@ -46,8 +49,9 @@ from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS, s
 from placement_env import from_torch
 from placement_env.plan.pipeline_plan import pipeline_plan
 from placement_env.runtime.local_cluster import local_cluster
-from placement_env.runtime.pipeline_calibration import PipelineOverheads, calibrate_model, calibrate_pipeline
+from placement_env.runtime.pipeline_calibration import calibrate_model, calibrate_pipeline
 from placement_env.runtime.pipeline_runner import run_pipeline
+from placement_env.runtime.runtime_overheads import RuntimeOverheads
 from placement_env.sim.pipeline import Step
 
 PLACERS = ("deepspeed-uniform", "deepspeed-parameters", "split", "anneal")
@@ -95,6 +99,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--max-rounds", type=int, default=8,
+                        help="rounds a cell may take in all: after --rounds, the cells whose error the two fastest "
+                             "rounds do not yet resolve get more, interleaved (default 8)")
     parser.add_argument("--models", default="gpt2,bert,vit,llama,cnn")
     parser.add_argument("--json", default=None)
     parser.add_argument("--summary-of", default=None, metavar="JSON",
@@ -106,6 +113,8 @@ def main() -> None:
                         help="the same with the overheads measured on each model itself, in runs that are no cell "
                              "of the table (calibrate_model)")
     args = parser.parse_args()
+    if args.rounds < 1 or args.max_rounds < args.rounds:
+        parser.error("--rounds must be at least 1 and --max-rounds at least --rounds")
     if args.calibrate and args.calibrate_per_model:
         parser.error("--calibrate and --calibrate-per-model are two designs of one column: give one")
     if args.summary_of:
@@ -148,19 +157,13 @@ def main() -> None:
                     g, c = overheads.applied(graph, cluster, placement)
                     plans[key]["calibrated"] = pipeline_plan(g, placement, c, microbatches=m, schedule=schedule,
                                                              param_factor=2.0).simulated_step_seconds
-        for _ in range(args.rounds):  # interleaved: every plan once a round
-            for cell in plans.values():
-                if "error" in cell:
-                    continue
-                began = time.perf_counter()
-                try:
-                    run = run_pipeline(model, inputs, cell["plan"], steps=args.steps, example_kwargs=kwargs)
-                except (RuntimeError, ValueError) as error:  # a plan the runtime cannot run: a finding, reported
-                    cell["error"] = str(error).splitlines()[0]
-                    continue
-                cell["rounds"].append(float(np.median(run.steps[1:])))
-                cell["peaks"].append(run.peak_memory.tolist())
-                cell["wall"] = time.perf_counter() - began
+        for _ in range(args.rounds):
+            run_round(list(plans.values()), model, inputs, kwargs, args.steps)
+        for _ in range(args.max_rounds - args.rounds):  # more rounds for the cells whose error is not yet resolved
+            open_cells = [c for c in plans.values() if "error" not in c and not resolved(c)]
+            if not open_cells:
+                break
+            run_round(open_cells, model, inputs, kwargs, args.steps)
         model_rows = []
         for (_, m, schedule), cell in plans.items():
             plan = cell["plan"]
@@ -173,6 +176,7 @@ def main() -> None:
                 continue
             measured = min(cell["rounds"])
             spread = (max(cell["rounds"]) - measured) / measured
+            judged = judged_seconds(cell)
             peaks = np.min(np.array(cell["peaks"]), axis=0)
             simulated_peaks = [s.simulated_peak_memory for s in plan.stages]
             row = {"model": name, "placers": " = ".join(cell["placers"]), "microbatches": m, "schedule": schedule,
@@ -180,6 +184,8 @@ def main() -> None:
                    "simulated_ms": plan.simulated_step_seconds * 1e3,
                    "measured_ms": measured * 1e3, "ratio": plan.simulated_step_seconds / measured,
                    "spread": spread, "rounds_ms": [t * 1e3 for t in cell["rounds"]],
+                   "uncertainty": uncertainty(cell["rounds"]), "resolved": resolved(cell),
+                   "judged_ratio": judged / measured,
                    "simulated_peak_mib": [p / 2**20 for p in simulated_peaks],
                    "measured_peak_mib": [p / 2**20 for p in peaks],
                    "memory_ratio": [s / p for s, p in zip(simulated_peaks, peaks)]}
@@ -199,6 +205,36 @@ def main() -> None:
         print(ranking_line(summary[-1]), flush=True)
         write_json(args.json, cluster, rows, summary)
     print_summary(rows, summary)
+
+
+def run_round(cells: list[dict], model: torch.nn.Module, inputs: tuple, kwargs: dict, steps: int) -> None:
+    """Run every cell's plan once (``steps`` steps), adding the round's step and peaks to the cell; a plan the
+    runtime refuses is recorded as the cell's error."""
+    for cell in cells:
+        if "error" in cell:
+            continue
+        began = time.perf_counter()
+        try:
+            run = run_pipeline(model, inputs, cell["plan"], steps=steps, example_kwargs=kwargs)
+        except (RuntimeError, ValueError) as error:  # a plan the runtime cannot run: a finding, reported
+            cell["error"] = str(error).splitlines()[0]
+            continue
+        cell["rounds"].append(float(np.median(run.steps[1:])))
+        cell["peaks"].append(run.peak_memory.tolist())
+        cell["wall"] = time.perf_counter() - began
+
+
+def judged_seconds(cell: dict) -> float:
+    """The prediction a cell judges: the calibrated column's where there is one, else the simulator's."""
+    return cell.get("calibrated", cell["plan"].simulated_step_seconds)
+
+
+def resolved(cell: dict) -> bool:
+    """Whether the cell's measurement resolves its error: its :func:`uncertainty` is below
+    ``|judged / measured - 1|`` (else the error is within what the rounds can tell apart from 0)."""
+    if len(cell["rounds"]) < 2:
+        return False
+    return uncertainty(cell["rounds"]) < abs(judged_seconds(cell) / min(cell["rounds"]) - 1)
 
 
 def ranking(name: str, model_rows: list[dict]) -> dict:
@@ -249,6 +285,13 @@ def print_summary(rows: list[dict], summary: list[dict]) -> None:
           f"of the measured rounds {np.median([r['spread'] for r in ran]):.1%}; stage peaks within 20%: "
           f"{sum(e <= 0.2 for e in memory)} / {len(memory)}; models whose simulated best is measured fastest or "
           f"within its spread: {sum(s['best_within_spread'] for s in summary)} / {len(summary)}", flush=True)
+    if ran and "resolved" in ran[0]:
+        unresolved = [r for r in ran if not r["resolved"]]
+        print(f"cells whose error the two fastest of their rounds resolve: {len(ran) - len(unresolved)} / {len(ran)} "
+              f"(rounds per cell: {min(len(r['rounds_ms']) for r in ran)}-{max(len(r['rounds_ms']) for r in ran)}); "
+              + (f"the other {len(unresolved)} err by at most "
+                 f"{max(abs(r['judged_ratio'] - 1) + r['uncertainty'] for r in unresolved):.1%} (error plus "
+                 "uncertainty)" if unresolved else "every error is resolved"), flush=True)
     if ran and "calibrated_ratio" in ran[0]:
         calibrated = [abs(r["calibrated_ratio"] - 1) for r in ran]
         print(f"calibrated: mean |simulated/measured - 1| {np.mean(calibrated):.1%}; cells within 20%: "
@@ -267,7 +310,7 @@ def summary_of(path: str) -> None:
     print_summary(rows, summary)
 
 
-def describe(overheads: PipelineOverheads) -> str:
+def describe(overheads: RuntimeOverheads) -> str:
     """One line of the overheads, in microseconds."""
     return (f"{overheads.call_seconds * 1e6:.1f} us per op call and micro-batch, {overheads.step_seconds * 1e6:.0f} us "
             f"a step, {overheads.tensor_seconds * 1e6:.0f} us per tensor crossing stages and micro-batch, "

@@ -24,14 +24,11 @@ interleave the cells; each measured value is the fastest of its rounds.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchmarks_common import write_rows
 from fidelity import fastest_costs
-from machine import machine_line
 from pipeline_fidelity import measured_local_cluster, models
 
 from baselines.placers import CONTIGUOUS_RUNTIME_DEFAULTS
@@ -97,10 +94,7 @@ def main() -> None:
                            [r["runner_one_ms"] - r["eager_ms"] for r in ours], 1)
         print(f"{name:6s} the runtime on one stage over eager: {slope[0]:.2f} ms a micro-batch + {slope[1]:.2f} ms "
               f"a step ({slope[0] / graph.num_nodes * 1e3:.1f} us an op call a micro-batch)", flush=True)
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps({"machine": machine_line(), "command": " ".join(sys.argv),
-                                                   "rows": rows}, indent=1))
+        write_rows(args.json, rows)
 
 
 if __name__ == "__main__":

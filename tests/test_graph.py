@@ -14,12 +14,14 @@ import pytest
 from helpers import graph
 
 from placement_env import (
+    Cluster,
     ComputationGraph,
     Edge,
     Node,
     layered_dag,
     load_graph,
     read_graph,
+    simulate,
     to_training_graph,
     write_graph,
 )
@@ -235,6 +237,27 @@ def test_training_graph_expansion_by_hand():
         ("z", "z_grad"): 8,                            # the sink feeds its gradient
     }
     assert t.num_units == 3
+
+
+def test_training_graph_keeps_only_the_saved_outputs_it_is_given():
+    # x (params) -> y -> z (sink); y's backward keeps its own output (as softmax does), x's keeps nothing named,
+    # z's the base x of a view it was given (not an input of z), and a name the graph lacks is refused
+    fwd = ComputationGraph([Node("x", "matmul", 1.0, 100, 50), Node("y", "softmax", 0.5, 60),
+                            Node("z", "mul", 0.25, 8)], [Edge("x", "y"), Edge("y", "z")], name="f")
+    t = to_training_graph(fwd, saved={"y": ["y"], "z": ["x"]})
+    saved = {(e.src, e.dst): e.bytes for e in t.edges() if not e.src.endswith("_grad") and e.dst.endswith("_grad")}
+    assert saved == {("y", "y_grad"): 60, ("x", "z_grad"): 100, ("z", "z_grad"): 8}  # the sink feeds its gradient
+    assert to_training_graph(fwd, saved={}) == to_training_graph(fwd)  # an op not named keeps its inputs
+    one_device = Cluster.preset("p100", 1)
+    kept_all = simulate(to_training_graph(fwd), np.zeros(6, np.int64), one_device, param_factor=0.0).peak_memory[0]
+    kept_own = simulate(to_training_graph(fwd, saved={"y": [], "z": []}), np.zeros(6, np.int64), one_device,
+                        param_factor=0.0).peak_memory[0]
+    # by hand, ops in order x y z z' y' x': every input kept, y' runs holding x (kept for it), z' (its input) and
+    # its own output: 100 + 60 + 100; keeping nothing, x is freed when y ends: the peak is y's run (x and y) and
+    # y's (z' and its output), 160
+    assert kept_all == 260 and kept_own == 160
+    with pytest.raises(ValueError, match="saved names op 'w', which graph 'f' does not have"):
+        to_training_graph(fwd, saved={"z": ["w"]})
 
 
 def test_training_graph_keeps_existing_groups_and_refuses_training_graphs():

@@ -158,3 +158,41 @@ def test_profiled_training_graphs_time_each_op_s_backward():
             source = forward[node.id[: -len("_grad")]]
             assert node.cost > 0
             assert node.cost != pytest.approx(source.cost * (2.0 if source.param_bytes else 1.0), rel=1e-9)
+
+
+def test_the_step_calibration_runs_no_judged_placement_and_recovers_known_overheads(monkeypatch):
+    """On a fake clock: measure_step's one-device step is eager's plus 40 us per computing op, and its calibration
+    placement's step the simulated one with 40 us a call and 300 us per crossing tensor; the fit finds both."""
+    from placement_env import Cluster, simulate
+    from placement_env.runtime import step_calibration
+    from placement_env.runtime.runtime_overheads import RuntimeOverheads
+
+    graph = to_training_graph(ComputationGraph([Node(f"l{i}", "linear", 1e-3, 4000, 100) for i in range(6)],
+                                               [Edge(f"l{i}", f"l{i + 1}") for i in range(5)], name="chain"))
+    cluster = Cluster.preset("p100", 2)
+    truth = RuntimeOverheads(4e-5, tensor_seconds=3e-4)
+    eager = 0.02
+    seen = []
+
+    class Step:
+        def __init__(self, seconds: float) -> None:
+            self.seconds = seconds
+
+    def fake_measure(model, inputs, g, placement, repeats, example_kwargs, cluster):
+        seen.append(tuple(int(d) for d in placement))
+        if len(set(seen[-1])) == 1:
+            return Step(eager + truth.call_seconds * int(np.count_nonzero(g.cost > 0)))
+        calibrated, c = truth.applied(g, cluster, placement)
+        return Step(float(simulate(calibrated, placement, c).makespan))
+
+    monkeypatch.setattr(step_calibration, "measure_step", fake_measure)
+    monkeypatch.setattr(step_calibration, "eager_seconds", lambda *args: eager)
+    judged = {tuple(graph.expand_unit_placement(np.arange(graph.num_units) % 2).tolist())}
+    found = step_calibration.calibrate_step(None, (), {}, graph, cluster, rounds=2, avoid=judged)
+    assert found.call_seconds == pytest.approx(truth.call_seconds)
+    assert found.tensor_seconds == pytest.approx(truth.tensor_seconds, rel=1e-6)
+    assert not judged & set(seen) and {len(set(p)) for p in seen} == {1, 2}
+    again = step_calibration.calibration_placement(graph, judged)
+    assert tuple(again.tolist()) in seen  # the same seeded placement every time
+    with pytest.raises(ValueError, match="one placement unit"):
+        step_calibration.calibration_placement(ComputationGraph([Node("a", "op", 1.0, 1)], [], name="one"))

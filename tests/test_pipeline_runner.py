@@ -362,14 +362,15 @@ def test_a_stage_that_begins_at_a_module_list_begins_at_its_first_block():
 
 def test_the_pipeline_overheads_are_applied_by_hand_and_the_latency_fit_reaches_the_measured_step():
     from placement_env.graph.model import ComputationGraph, Edge, Node
-    from placement_env.runtime.pipeline_calibration import PipelineOverheads, message_latency
+    from placement_env.runtime.pipeline_calibration import message_latency
+    from placement_env.runtime.runtime_overheads import RuntimeOverheads
 
     graph = ComputationGraph([Node("x", "input", 0.0, 100), Node("a", "matmul", 1e-3, 100, 10, module="a",
                                                                  fixed_cost=1e-4),
                               Node("b", "matmul", 2e-3, 0, 10, module="b")], [Edge("x", "a"), Edge("a", "b")],
                              name="g", batch=8)
     cluster = Cluster.preset("p100", 2)
-    g, c = PipelineOverheads(5e-5, 2e-3).applied(graph, cluster)
+    g, c = RuntimeOverheads(5e-5, 2e-3).applied(graph, cluster)
     assert g.cost.tolist() == pytest.approx([0.0, 1.05e-3, 2.05e-3])
     assert [n.fixed_cost or 0.0 for n in g.nodes] == pytest.approx([0.0, 1.5e-4, 5e-5])
     assert c.latency[0, 1] - cluster.latency[0, 1] == pytest.approx(2e-3) and np.array_equal(c.bandwidth,
@@ -377,7 +378,7 @@ def test_the_pipeline_overheads_are_applied_by_hand_and_the_latency_fit_reaches_
     placement = np.array([0, 0, 1])
     measured = 0.02
     latency = message_latency(graph, placement, cluster, 5e-5, measured, 4)
-    g, c = PipelineOverheads(5e-5, latency).applied(graph, cluster)
+    g, c = RuntimeOverheads(5e-5, latency).applied(graph, cluster)
     assert pipeline_plan(g, placement, c, microbatches=4, schedule="gpipe").simulated_step_seconds == \
         pytest.approx(measured, rel=1e-6)
     assert message_latency(graph, placement, cluster, 5e-5, 1e-6, 4) == 0.0  # already slower than that
@@ -385,7 +386,8 @@ def test_the_pipeline_overheads_are_applied_by_hand_and_the_latency_fit_reaches_
 
 def test_the_per_model_overheads_count_each_crossing_tensor_once_a_side_and_the_fit_reaches_the_measured_step():
     from placement_env.graph.model import ComputationGraph, Edge, Node
-    from placement_env.runtime.pipeline_calibration import PipelineOverheads, crossing_tensors, tensor_cost
+    from placement_env.runtime.pipeline_calibration import tensor_cost
+    from placement_env.runtime.runtime_overheads import RuntimeOverheads, crossing_tensors
 
     graph = ComputationGraph([Node("x", "input", 0.0, 100), Node("w", "parameter", 0.0, 40, 40),
                               Node("a", "matmul", 1e-3, 100, 10, module="a", fixed_cost=1e-4),
@@ -396,14 +398,14 @@ def test_the_per_model_overheads_count_each_crossing_tensor_once_a_side_and_the_
     # a sends once to device 1 (read there by b and c), b and c receive one each; w is a parameter: no message
     assert crossing_tensors(graph, placement).tolist() == [0, 0, 1, 1, 1]
     cluster = Cluster.preset("p100", 2)
-    g, c = PipelineOverheads(5e-5, step_seconds=3e-3, tensor_seconds=1e-4).applied(graph, cluster, placement)
+    g, c = RuntimeOverheads(5e-5, step_seconds=3e-3, tensor_seconds=1e-4).applied(graph, cluster, placement)
     assert g.cost.tolist() == pytest.approx([0.0, 0.0, 1e-3 + 5e-5 + 1e-4 + 3e-3, 2e-3 + 5e-5 + 1e-4,
                                              1e-3 + 5e-5 + 1e-4])  # the step's overhead once, on the first op
     assert [n.fixed_cost or 0.0 for n in g.nodes] == pytest.approx([0.0, 0.0, 2.5e-4, 1.5e-4, 1.5e-4])
     assert np.array_equal(c.latency, cluster.latency)
     with pytest.raises(ValueError, match="a device per op"):
-        PipelineOverheads(0.0, tensor_seconds=1e-4).applied(graph, cluster)
-    overheads = PipelineOverheads(5e-5, step_seconds=1e-3)
+        RuntimeOverheads(0.0, tensor_seconds=1e-4).applied(graph, cluster)
+    overheads = RuntimeOverheads(5e-5, step_seconds=1e-3)
     measured = 0.03
     seconds = tensor_cost(graph, placement, cluster, overheads, measured, 4, "1f1b")
     g, c = replace(overheads, tensor_seconds=seconds).applied(graph, cluster, placement)

@@ -16,6 +16,7 @@ from baselines import place
 from baselines.split import split
 from placement_env import Cluster, ComputationGraph, Device, Edge, Node, simulate, simulate_batch, write_graph
 from placement_env.graph.training import to_training_graph
+from placement_env.sim.memory_timeline import memory_timeline
 from placement_env.sim.pipeline import Step, checked_microbatches, stage_caps, unrolled
 from placement_env.sim.reference import simulate_reference
 from tests.test_simulator_properties import problems
@@ -101,6 +102,24 @@ def test_1f1b_holds_p_minus_s_micro_batches_of_activations_where_gpipe_holds_all
         for s in range(p):
             dynamic = r["peak_memory"][s] - static
             assert held[s] * per <= dynamic <= (held[s] + 3) * per, (schedule, s, dynamic / per)
+
+
+@pytest.mark.parametrize("schedule, peak", [("1f1b", 600.0), ("gpipe", 800.0)])
+def test_a_later_micro_batch_makes_its_weight_gradients_beside_the_accumulated_ones(schedule, peak):
+    # one device, an op F (100 parameter bytes, 600 bytes of activations) and its backward B, 2 micro-batches,
+    # parameters counted twice (weights, gradients): by hand, 1F1B runs F@0 B@0 F@1 B@1 and B@1 holds F@1's
+    # 300 bytes and the gradient accumulation's 100: 200 + 400; GPipe runs F@0 F@1 B@0 B@1 and peaks with both
+    # micro-batches' activations before any backward: 200 + 600
+    g = ComputationGraph([Node("F", "fwd", 2.0, 600, 100, phase="forward"),
+                          Node("B", "bwd", 2.0, 0, 0, phase="backward")], [Edge("F", "B")], name="one")
+    c = free_cluster(1)
+    r = simulate_reference(g, [0, 0], c, param_factor=2.0, microbatches=2, schedule=schedule)
+    assert r["peak_memory"] == [peak]
+    got = simulate(g, [0, 0], c, param_factor=2.0, microbatches=2, schedule=schedule)
+    assert got.peak_memory.tolist() == [peak]
+    times, used = memory_timeline(g, got)[0]
+    assert used.max() == peak and used[-1] == 200 + 100  # the accumulation's copy is held to the step's end
+    assert simulate(g, [0, 0], c, param_factor=2.0).peak_memory.tolist() == [200 + 600]  # one batch: none
 
 
 def test_the_1f1b_schedule_by_hand():

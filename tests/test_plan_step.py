@@ -125,12 +125,20 @@ def test_activations_in_flight_and_recomputation_memory(ranks, m):
     saved, inputs, parameters = 8e6, 1e6, 1e6
     costs = chain(ranks, m, 2 * m, parameters=parameters, saved=saved * m, inputs=inputs * m)
     c = cluster(ranks)
-    for schedule, in_flight in (("1f1b", [min(ranks - s, m) for s in range(ranks)]), ("gpipe", [m] * ranks)):
+    # rank s holds k micro-batches in flight at most, and k_b when the backward of micro-batch 1 starts, where the
+    # gradient accumulation adds the rank's parameter bytes: 1F1B warms up with min(S - s, m) forwards and runs
+    # one more forward before B(1) unless its warm-up took every micro-batch; GPipe ran all and B(0) freed one
+    for schedule in ("1f1b", "gpipe"):
+        in_flight = [min(ranks - s, m) if schedule == "1f1b" else m for s in range(ranks)]
+        at_b1 = [k if schedule == "1f1b" and ranks - s < m else k - 1 for s, k in enumerate(in_flight)]
         step = simulate_layout(costs, pipeline(ranks, m, schedule, param_factor=4.0), c)
-        assert step.peak_memory[:ranks] == pytest.approx([4 * parameters + k * saved for k in in_flight])
+        assert step.peak_memory[:ranks] == pytest.approx(
+            [4 * parameters + max(k * saved, kb * saved + parameters) for k, kb in zip(in_flight, at_b1)])
     recomputing = simulate_layout(costs, pipeline(ranks, m, recompute=(True,) * ranks), c)
+    in_flight = [min(ranks - s, m) for s in range(ranks)]
+    at_b1 = [k if ranks - s < m else k - 1 for s, k in enumerate(in_flight)]
     assert recomputing.peak_memory[:ranks] == pytest.approx(
-        [4 * parameters + min(ranks - s, m) * inputs + saved for s in range(ranks)])
+        [4 * parameters + max(k * inputs, kb * inputs + parameters) + saved for k, kb in zip(in_flight, at_b1)])
     plain = simulate_layout(costs, pipeline(ranks, m), c)
     assert recomputing.seconds > plain.seconds  # the forward runs again in each backward
 

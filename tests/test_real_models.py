@@ -33,7 +33,8 @@ def test_resnet50_architecture_copy_traces_to_the_shipped_graph():
     from resnet50_model import ResNet50
 
     torch.manual_seed(0)
-    traced = from_torch(ResNet50().train(), torch.zeros(32, 3, 224, 224), name="resnet50")
+    traced = from_torch(ResNet50().train(), torch.zeros(32, 3, 224, 224), name="resnet50",
+                        saved_activations="inputs")  # the rule the shipped graphs were made with
     assert traced.without_modules() == load_graph("resnet50")  # the shipped files predate module names
     assert {n.module for n in traced.nodes if n.op == "conv2d"} >= {"conv1", "layer1.0.conv1"}
     forward_flops = sum(n.flops or 0.0 for n in traced.nodes if n.phase == "forward")

@@ -118,6 +118,48 @@ def test_shared_parameters_are_ops_and_views_are_colocated():
     assert flat.colocation is not None and flat.colocation == producer.colocation
 
 
+class _SavesLittle(nn.Module):
+    """A linear layer keeps its input, a softmax its output, an addition, a view and a product by a number nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.lin(x) + 1, -1).view(-1) * 2
+
+
+@pytest.mark.parametrize("profile", [False, True])
+def test_the_training_graph_keeps_what_autograd_saves_for_the_backward(profile):
+    def kept(g):
+        return {(g.ids[s], g.ids[d]) for s, d in zip(g.edge_src, g.edge_dst)
+                if g.nodes[d].phase == "backward" and g.nodes[s].phase == "forward"}
+
+    g = from_torch(_SavesLittle(), (torch.randn(4, 8),), profile=profile, repeats=1)
+    assert kept(g) == {("x", "linear_grad"), ("softmax", "softmax_grad"), ("mul", "mul_grad")}  # mul: the sink
+    every_input = from_torch(_SavesLittle(), (torch.randn(4, 8),), profile=profile, repeats=1,
+                             saved_activations="inputs")
+    assert kept(every_input) == {("x", "linear_grad"), ("linear", "add_grad"), ("add", "softmax_grad"),
+                                 ("softmax", "view_grad"), ("view", "mul_grad"), ("mul", "mul_grad")}
+    with pytest.raises(ValueError, match="saved_activations must be one of autograd, inputs, got 'all'"):
+        from_torch(_SavesLittle(), (torch.randn(4, 8),), saved_activations="all")
+
+
+def test_a_kept_view_holds_the_storage_it_aliases():
+    class KeepsAView(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h, g = torch.tanh(self.a(x)), torch.sigmoid(self.b(x))
+            return (h.view(-1) * g.view(-1)).sum()  # the product keeps both views: the storages of h and g
+
+    g = from_torch(KeepsAView(), (torch.randn(4, 8),))
+    into_mul = {g.ids[s] for s, d in zip(g.edge_src, g.edge_dst) if g.ids[d] == "mul_grad"}
+    assert into_mul == {"tanh", "sigmoid", "sum_1_grad"}  # the bases, not the views; and the gradient
+
+
 def test_training_graph_simulates_and_profiling_measures():
     model, x = MODELS["cnn"]
     g = from_torch(model, x)

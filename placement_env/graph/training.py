@@ -12,8 +12,15 @@ the same colocation group as ``v``:
   predecessors' output bytes (weight gradients are in the static memory that
   ``param_factor`` accounts for, so ``v'`` owns no parameters);
 * edges: for every forward edge ``u -> v`` a backward edge ``v' -> u'``
-  carrying ``output_bytes[u]`` and a saved-activation edge ``u -> v'``; every
-  forward sink ``s`` feeds ``s'`` (the loss gradient enters there).
+  carrying ``output_bytes[u]``, and a saved-activation edge ``u -> v'`` for
+  each op ``u`` whose output ``v``'s backward keeps: by default every input
+  of ``v``; with ``saved`` (what autograd keeps, as
+  ``from_torch`` records it), the ops it names for ``v``, which may include
+  ``v`` itself (an op that keeps its own output, as softmax does) and ops that
+  are not its inputs (the base of a view it keeps); every forward sink ``s``
+  feeds ``s'`` (the loss gradient enters there). The simulator keeps an output
+  until its last reader ends, so these edges are what holds activations for
+  the backward pass.
 
 A forward op without a colocation group gets one named after it, so the unit
 the agent places is "an op and its gradient".
@@ -21,7 +28,7 @@ the agent places is "an op and its gradient".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from placement_env.checks import checked_instance
 from placement_env.graph.model import ComputationGraph, Edge, Node
@@ -32,11 +39,16 @@ GRAD_SUFFIX = "_grad"
 
 
 def to_training_graph(forward: ComputationGraph, name: str | None = None,
-                      backward_costs: Mapping[str, float] | None = None) -> ComputationGraph:
+                      backward_costs: Mapping[str, float] | None = None,
+                      saved: Mapping[str, Sequence[str]] | None = None) -> ComputationGraph:
     """The training graph of a forward graph (forward ops first, then backward ops in reverse order).
 
     ``backward_costs``: forward op id -> the seconds of its backward on the reference device, replacing the
-    factor rule for those ops (their FLOPs keep the rule's estimate)."""
+    factor rule for those ops (their FLOPs keep the rule's estimate). ``saved``: forward op id -> the ids of the
+    forward ops whose outputs its backward keeps (module docstring); an op it does not name keeps every input.
+
+    Raises:
+        ValueError: ``saved`` names an op the graph lacks."""
     backward_costs = dict(backward_costs or {})
     checked_instance("forward", forward, ComputationGraph)
     if any(n.phase in ("backward", "update") for n in forward.nodes):
@@ -73,11 +85,31 @@ def to_training_graph(forward: ComputationGraph, name: str | None = None,
                              "backward", n.module, fixed))
     nodes += backward
 
+    keeps = [set(k) for k in _kept_outputs(forward, saved or {})]
     edges = list(forward.edges())
     for s, d in zip(forward.edge_src.tolist(), forward.edge_dst.tolist()):
         edges.append(Edge(grad_id[d], grad_id[s], forward.nodes[s].output_bytes))
-        edges.append(Edge(forward.nodes[s].id, grad_id[d], forward.nodes[s].output_bytes))
-    for s in range(forward.num_nodes):
-        if forward.out_degree[s] == 0:
-            edges.append(Edge(forward.nodes[s].id, grad_id[s], forward.nodes[s].output_bytes))
+        if s in keeps[d]:
+            edges.append(Edge(forward.nodes[s].id, grad_id[d], forward.nodes[s].output_bytes))
+            keeps[d].discard(s)
+    for d, rest in enumerate(keeps):  # kept outputs that are no input: a sink's own, a view's base
+        for s in sorted(rest):
+            edges.append(Edge(forward.nodes[s].id, grad_id[d], forward.nodes[s].output_bytes))
     return ComputationGraph(nodes, edges, name=name or f"{forward.name}-train", batch=forward.batch)
+
+
+def _kept_outputs(forward: ComputationGraph, saved: Mapping[str, Sequence[str]]) -> list[list[int]]:
+    """For each forward op, the indices of the ops whose outputs its backward reads (distinct, in order): those
+    ``saved`` names for it, else its inputs; a sink also its own output."""
+    index = {node_id: i for i, node_id in enumerate(forward.ids)}
+    unknown = [x for key, sources in saved.items() for x in [key, *sources] if x not in index]
+    if unknown:
+        raise ValueError(f"saved names op {unknown[0]!r}, which graph {forward.name!r} does not have")
+    ptr, preds, _ = forward.predecessors
+    keeps = []
+    for d, node_id in enumerate(forward.ids):
+        sources = [index[x] for x in saved[node_id]] if node_id in saved else preds[ptr[d]:ptr[d + 1]].tolist()
+        if forward.out_degree[d] == 0:
+            sources.append(d)
+        keeps.append(list(dict.fromkeys(sources)))
+    return keeps

@@ -66,7 +66,8 @@ def max_positions(config: Any) -> int | None:
 
 def from_huggingface(config: Any, batch: int = 8, sequence: int = 512, *, name: str | None = None,
                      device_kind: str = "a100-nvlink", dtype: torch.dtype = torch.bfloat16,
-                     training: bool = True, colocate_modules: bool | int = False) -> ComputationGraph:
+                     training: bool = True, colocate_modules: bool | int = False,
+                     saved_activations: str = "autograd") -> ComputationGraph:
     """The computation graph of the model of ``config`` (a ``transformers`` config) on one batch.
 
     Args:
@@ -76,7 +77,8 @@ def from_huggingface(config: Any, batch: int = 8, sequence: int = 512, *, name: 
         sequence: tokens per sequence (ignored for vision models, whose input is the config's image size).
         name: the graph's name (default: the config's model type).
         device_kind, dtype: the roofline costs' device kind and precision (default: an A100 in bfloat16).
-        training, colocate_modules: as :func:`~placement_env.importers.pytorch.from_torch`.
+        training, colocate_modules, saved_activations: as :func:`~placement_env.importers.pytorch.from_torch`
+            (the zoo's shipped graphs were made with ``saved_activations="inputs"``).
 
     Raises:
         ValueError: a config that is not one, a batch or sequence below 1, a batch above :data:`MAX_BATCH`, a
@@ -96,7 +98,8 @@ def from_huggingface(config: Any, batch: int = 8, sequence: int = 512, *, name: 
                          "config (the model would fail on it); give a sequence of at most that many tokens")
     inputs = example_inputs(config, batch, sequence, device="meta")
     return from_torch(model, (), example_kwargs=inputs, name=name or str(config.model_type),
-                      device_kind=device_kind, dtype=dtype, training=training, colocate_modules=colocate_modules)
+                      device_kind=device_kind, dtype=dtype, training=training, colocate_modules=colocate_modules,
+                      saved_activations=saved_activations)
 
 
 __all__ = ["MAX_BATCH", "build_model", "example_inputs", "from_huggingface", "max_positions"]

@@ -5,6 +5,7 @@ op call that computes nothing, the fixed part of every profiled op (``Node.fixed
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import statistics
 import time
@@ -12,6 +13,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
 
 # ops whose output aliases (or is a re-layout of) their first input: colocated with its producer
 ALIASING_OPS = frozenset({
@@ -45,21 +47,67 @@ def op_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
 
 class OpRecorder(torch.fx.Interpreter):
     """Runs the graph once, recording each op's output bytes, FLOPs and (optionally) measured forward and
-    backward times."""
+    backward times.
 
-    def __init__(self, gm: torch.fx.GraphModule, profile: bool, repeats: int, backward: bool = False) -> None:
+    With ``saved`` (run it with autograd recording), each op's record also says what autograd keeps of the
+    forward for the op's backward, found with :func:`torch.autograd.graph.saved_tensors_hooks` while the op runs:
+    ``saved_from``, the fx nodes whose output storage it keeps (an input, the base a view of an input was made
+    from, or the op's own output; parameters and buffers are not activations and are left out), and
+    ``saved_internal_bytes``, the bytes of storages it keeps that no op returned (a dropout mask, a norm's
+    statistics). Storages are told apart by identity, so a view counts as the storage it aliases; the recorder
+    holds every output storage until the run ends, so that no identity is reused meanwhile.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, profile: bool, repeats: int, backward: bool = False,
+                 saved: bool = False) -> None:
         super().__init__(gm)
-        self.profile, self.repeats, self.backward = profile, repeats, backward
+        self.profile, self.repeats, self.backward, self.saved = profile, repeats, backward, saved
         self.records: dict[str, dict] = {}
+        self._owner: dict[int, str] = {}  # storage identity -> the fx node whose output it first was
+        self._held: list[Any] = []
+        self._static = {_storage_key(t) for t in [*gm.parameters(), *gm.buffers()]}
+
+    def _own(self, n: torch.fx.Node, out: Any) -> None:
+        """Record ``n`` as the owner of the output storages of ``out`` that no earlier node returned."""
+        import torch.utils._pytree as pytree
+
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                key = _storage_key(t)
+                if key not in self._owner and key not in self._static:
+                    self._owner[key] = n.name
+                    self._held.append(t.untyped_storage())
 
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op not in ("call_function", "call_method", "call_module"):
-            return super().run_node(n)
+            out = super().run_node(n)
+            if self.saved:
+                self._own(n, out)
+            return out
         from torch.utils.flop_counter import FlopCounterMode
 
-        with FlopCounterMode(display=False) as counter:
+        kept: list[tuple[int, int]] = []  # (storage identity, bytes) of each tensor autograd saves
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            kept.append((_storage_key(t), t.untyped_storage().nbytes()))
+            return t
+
+        hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if self.saved \
+            else contextlib.nullcontext()
+        with FlopCounterMode(display=False) as counter, hooks:
             out = super().run_node(n)
-        record = {"flops": float(counter.get_total_flops()), "output_bytes": tensor_bytes(out)}
+        record: dict[str, Any] = {"flops": float(counter.get_total_flops()), "output_bytes": tensor_bytes(out)}
+        if self.saved:
+            self._own(n, out)
+            sources: dict[str, None] = {}
+            internal: dict[int, int] = {}
+            for key, nbytes in kept:
+                if key in self._owner:
+                    sources[self._owner[key]] = None
+                elif key not in self._static:
+                    internal[key] = nbytes
+            record["saved_from"] = list(sources)
+            record["saved_internal_bytes"] = sum(internal.values())
         if self.profile:
             times = []
             for _ in range(self.repeats):
@@ -106,6 +154,11 @@ class OpRecorder(torch.fx.Interpreter):
             for param in self.module.parameters():
                 param.grad = None
         return statistics.median(times[1:])
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    """The identity of the storage ``t`` views (the same for every view of it, fake tensors included)."""
+    return int(StorageWeakRef(t.untyped_storage()).cdata)
 
 
 def call_costs(gm: torch.fx.GraphModule, records: dict[str, dict]) -> tuple[float, float]:

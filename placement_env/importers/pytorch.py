@@ -33,7 +33,9 @@ the producer of their first input: they alias its memory. User inputs become
 zero-cost ``input`` ops. With ``training=True`` (the default) the result is the
 training graph of spec section 5 (:mod:`placement_env.graph.training`), built from the
 forward graph: one backward op per forward op in its colocation group, which
-keeps every op and its gradient one placement unit. (The joint forward-backward
+keeps every op and its gradient one placement unit; the forward runs with
+autograd recording, and each backward op keeps alive the outputs whose storages
+autograd saved for it (``saved_activations``). (The joint forward-backward
 graph of ``torch.export``/AOTAutograd has many backward ops per forward op with
 no such pairing, and is not used.)
 """
@@ -62,8 +64,11 @@ from .parameters import canonical_names, owned_parameters, parameter_op, paramet
 from .recurrent import LayerwiseRNN, layerwise_recurrent
 from .roofline import ROOFLINE_DEVICES, RooflineDevice, precision_name, roofline_seconds
 
-__all__ = ["ALIASING_OPS", "LayerwiseRNN", "ROOFLINE_DEVICES", "RooflineDevice", "from_torch", "layerwise_recurrent",
-           "trace_model"]
+__all__ = ["ALIASING_OPS", "LayerwiseRNN", "ROOFLINE_DEVICES", "RooflineDevice", "SAVED_ACTIVATIONS", "from_torch",
+           "layerwise_recurrent", "trace_model"]
+
+SAVED_ACTIVATIONS = ("autograd", "inputs")
+"""What a training graph keeps for the backward (``from_torch``'s ``saved_activations``)."""
 
 
 def _trace(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[torch.fx.GraphModule, str, list[Any]]:
@@ -186,7 +191,7 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
                training: bool = True, shared_parameters: bool = True,
                split_recurrent: bool = True, example_kwargs: Mapping[str, Any] | None = None,
                colocate_modules: bool | int = False, dtype: torch.dtype = torch.float32,
-               profile_threads: int = 1) -> ComputationGraph:
+               profile_threads: int = 1, saved_activations: str = "autograd") -> ComputationGraph:
     """The computation graph of ``module`` on ``example_inputs`` (see the module docstring).
 
     Args:
@@ -207,6 +212,12 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
             process's own count (two or more, shared with whatever else the machine runs) gave costs 50-100x
             too high on a busy machine.
         training: return the training graph (forward + backward ops), else the forward graph.
+        saved_activations: what the training graph keeps of the forward for the backward (its saved-activation
+            edges, :func:`~placement_env.graph.training.to_training_graph`), and so each device's activation
+            memory: ``"autograd"`` (the default), what autograd saves, recorded while the forward runs (a linear
+            layer keeps its input, a softmax its output, an addition or a view nothing; a view kept holds its base);
+            ``"inputs"``, every input of every op, the rule the shipped benchmark graphs were made with (it
+            counted 1.3-2.5x the measured peak of GPipe pipelines in ``benchmarks/pipeline_fidelity.py``).
         shared_parameters: a parameter read by more than one op (a weight shared across the time steps of an
             unrolled RNN, a submodule called twice) becomes a zero-cost ``parameter`` op holding its bytes, with
             an edge carrying the weight to every reader, as variables are nodes in a TensorFlow graph: a reader
@@ -248,6 +259,8 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
     if isinstance(profile_threads, bool) or not isinstance(profile_threads, int) or profile_threads < 1:
         raise ValueError(f"profile_threads must be an integer >= 1, got {profile_threads!r}")
+    if saved_activations not in SAVED_ACTIVATIONS:
+        raise ValueError(f"saved_activations must be one of {', '.join(SAVED_ACTIVATIONS)}, got {saved_activations!r}")
     if not (isinstance(colocate_modules, bool)
             or (isinstance(colocate_modules, int) and colocate_modules >= 1)):
         raise ValueError(f"colocate_modules must be True, False or a depth >= 1, got {colocate_modules!r}")
@@ -256,13 +269,16 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
     if dtype != torch.float32:
         module, example_inputs, example_kwargs = _cast(module, example_inputs, example_kwargs, dtype)
     gm, inputs, module = trace_model(module, example_inputs, example_kwargs, split_recurrent)
-    recorder = OpRecorder(gm, profile, repeats, backward=profile and training)
+    autograd = training and saved_activations == "autograd"
+    recorder = OpRecorder(gm, profile, repeats, backward=profile and training, saved=autograd)
     threads = torch.get_num_threads()
     if profile:
         torch.set_num_threads(profile_threads)
     try:
-        # a profiled training graph times forward ops recording autograd, as a training step runs them
-        with torch.set_grad_enabled(profile and training), _quiet_torch_logs():  # quiet: fake-tensor tracebacks
+        # a training graph runs its forward recording autograd, as a training step does: what autograd saves for
+        # the backward is what the training graph keeps alive, and a profile times ops as a step runs them (quiet:
+        # fake-tensor tracebacks)
+        with torch.set_grad_enabled(profile and training or autograd), _quiet_torch_logs():
             if profile:
                 recorder.run(*inputs)
             else:  # shapes, bytes and FLOPs need no arithmetic: run on fake tensors (no memory, no compute)
@@ -356,7 +372,9 @@ def from_torch(module: nn.Module, example_inputs: Sequence[Any] | torch.Tensor =
         return graph
     backward_costs = {op: record["measured_backward"] for op, record in recorder.records.items()
                       if "measured_backward" in record}
-    trained = to_training_graph(graph, name=graph.name, backward_costs=backward_costs)
+    kept = {op: [x for x in record["saved_from"] if x in producers] for op, record in recorder.records.items()
+            if op in producers and "saved_from" in record}  # empty without autograd: every input kept
+    trained = to_training_graph(graph, name=graph.name, backward_costs=backward_costs, saved=kept)
     if not profile:
         return trained
     return ComputationGraph([replace(n, fixed_cost=min(n.cost, fixed_backward)) if n.phase == "backward"

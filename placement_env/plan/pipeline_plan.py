@@ -9,7 +9,8 @@ and everything the simulator predicts for it:
   ops start: ``torch.distributed.pipelining``'s ``split_spec``) and runs the layers ``layers`` (DeepSpeed's
   ``layers[parts[s]:parts[s + 1]]``); ``parameter_bytes`` counts the parameters its ops read (a tied parameter in
   each stage that reads it, as the runtimes copy it); ``simulated_peak_memory`` is the simulator's peak of that
-  device (``docs/spec/simulator.md`` section 4, parameters counted ``param_factor`` times);
+  device (``docs/spec/simulator.md`` section 4, parameters counted ``param_factor`` times) plus the copies of the
+  tied parameters it reads that the simulator holds on another stage;
 * the micro-batch count and the schedule (``1f1b`` or ``gpipe``);
 * the tied parameter groups: a parameter read by ops of more than one stage (GPT-2's ``transformer.wte.weight``,
   read by the embedding on the first stage and the output layer on the last). Each stage holding it keeps a copy;
@@ -60,7 +61,9 @@ class PlanStage:
         layers: the modules it runs, in program order.
         ops: its forward ops.
         parameter_bytes: bytes of the parameters its ops read.
-        simulated_peak_memory: the simulator's peak memory of its device, bytes.
+        simulated_peak_memory: the simulator's peak memory of its device, plus ``param_factor`` times the bytes of
+            each tied parameter the stage reads that the simulator holds on another stage (every stage that reads
+            a tied parameter holds a copy of it and of its gradient), bytes.
         replica_devices: the device of each data-parallel replica (replica 0's is ``device``); empty for one
             replica.
         recompute: whether its rank keeps only its inputs and reruns the forward in the backward.
@@ -333,15 +336,17 @@ def pipeline_plan(graph: ComputationGraph, placement: Sequence[int] | np.ndarray
         if node.op != "parameter":  # a shared parameter counts in each stage reading it, below
             parameter_bytes[rank] += node.param_bytes
     tied = []
+    copies = np.zeros(len(points.devices))  # tied parameters' copies beyond the one the simulator holds
     for i, ranks in readers.items():
         for rank in ranks:
             parameter_bytes[rank] += graph.nodes[i].param_bytes
+            copies[rank] += graph.nodes[i].param_bytes * param_factor * (rank != rank_of.get(int(p[i])))
         if len(ranks) > 1:
             tied.append(TiedGroup(graph.nodes[i].id.removeprefix("param:"), sorted(ranks),
                                   float(graph.nodes[i].param_bytes)))
     stages = [PlanStage(rank, int(device), None if rank == 0 else points.split_spec[rank - 1],
                         points.layers[points.parts[rank]:points.parts[rank + 1]], int(ops[rank]),
-                        float(parameter_bytes[rank]), float(result.peak_memory[device]))
+                        float(parameter_bytes[rank]), float(result.peak_memory[device] + copies[rank]))
               for rank, device in enumerate(points.devices)]
     unused = sorted(set(range(cluster.num_devices)) - set(points.devices))
     notes = []

@@ -56,7 +56,7 @@ def _pop(h_time, h_cls, h_key, h_a, h_b, h_c, size):
 
 @njit(cache=True)
 def simulate_replica_kernel(kind, chunk, micro, devices, f_time, b_time, w_time, message, saved, kept, recompute,
-                            latency, bandwidth, split):
+                            held, latency, bandwidth, split):
     """One replica's tasks and transfers.
 
     Args:
@@ -66,12 +66,15 @@ def simulate_replica_kernel(kind, chunk, micro, devices, f_time, b_time, w_time,
             ``split``, the weights' gradient already in ``b_time``).
         message: (K,) bytes chunk c sends to c + 1 (and receives back). ``saved``, ``kept``: (K,) activation
             bytes held per micro-batch, and a recomputing chunk's input bytes; ``recompute``: (K,) bool.
+        held: (S,) each rank's parameter bytes, held once more from its first task that makes the weights'
+            gradients of a micro-batch >= 1 (the gradient accumulation).
         latency, bandwidth: (S, S) between the ranks' devices.
         split: whether weight tasks are tasks of their own.
 
     Returns:
         ``(start, end, last_end, busy, chunk_ready, activations, stuck)``: (S, n) each task's start and end;
-        (S,) each rank's last end, busy seconds and peak activation bytes; (K,) the end of each chunk's last
+        (S,) each rank's last end, busy seconds and peak dynamic bytes (activations and the gradient
+        accumulation); (K,) the end of each chunk's last
         backward (weight) task; the first rank left with tasks (-1 when none).
     """
     s_, n = kind.shape
@@ -91,8 +94,9 @@ def simulate_replica_kernel(kind, chunk, micro, devices, f_time, b_time, w_time,
     chunk_ready = np.zeros(k_)
     start = np.zeros((s_, n))
     end = np.zeros((s_, n))
-    mem_t = np.zeros((s_, 3 * n))
-    mem_d = np.zeros((s_, 3 * n))
+    mem_t = np.zeros((s_, 3 * n + 1))
+    mem_d = np.zeros((s_, 3 * n + 1))
+    accumulating = np.zeros(s_, dtype=np.bool_)
     mem_n = np.zeros(s_, dtype=np.int64)
     send_free = np.zeros(s_)
     recv_free = np.zeros(s_)
@@ -132,6 +136,10 @@ def simulate_replica_kernel(kind, chunk, micro, devices, f_time, b_time, w_time,
                 mem_n[s] += 1
             elif kd == _B and recompute[c]:
                 mem_t[s, mem_n[s]], mem_d[s, mem_n[s]] = t, saved[c]
+                mem_n[s] += 1
+            if k >= 1 and not accumulating[s] and (kd == _W or (kd == _B and not split)):
+                accumulating[s] = True
+                mem_t[s, mem_n[s]], mem_d[s, mem_n[s]] = t, held[s]
                 mem_n[s] += 1
             start[s, i], end[s, i] = t, t + seconds
             size = _push(h_time, h_cls, h_key, h_a, h_b, h_c, size, t + seconds, 0, devices[s], s, i, 0)

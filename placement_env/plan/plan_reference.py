@@ -15,7 +15,7 @@ F, B, W = 0, 1, 2
 
 
 def simulate_replica_reference(kind, chunk, micro, devices, f_time, b_time, w_time, message, saved, kept, recompute,
-                               latency, bandwidth, split):
+                               held, latency, bandwidth, split):
     """As :func:`~placement_env.plan.plan_kernel.simulate_replica_kernel` (same arguments, same returns)."""
     s_, n = kind.shape
     k_ = len(f_time)
@@ -27,6 +27,7 @@ def simulate_replica_reference(kind, chunk, micro, devices, f_time, b_time, w_ti
     last_end, busy, chunk_ready = np.zeros(s_), np.zeros(s_), np.zeros(k_)
     start, end = np.zeros((s_, n)), np.zeros((s_, n))
     memory: list[list[tuple[float, float]]] = [[] for _ in range(s_)]
+    accumulating = [False] * s_  # a rank's weight gradients of a micro-batch >= 1 being made: its parameters again
     send_free, recv_free = np.zeros(s_), np.zeros(s_)
     events: list[tuple[float, int, int, tuple[int, int, int]]] = []
     booked = 0
@@ -84,6 +85,9 @@ def simulate_replica_reference(kind, chunk, micro, devices, f_time, b_time, w_ti
                 memory[s].append((t, kept[c] if recompute[c] else saved[c]))
             elif kd == B and recompute[c]:
                 memory[s].append((t, saved[c]))
+            if int(micro[s, i]) >= 1 and not accumulating[s] and (kd == W or (kd == B and not split)):
+                accumulating[s] = True
+                memory[s].append((t, float(held[s])))
             start[s, i], end[s, i] = t, t + seconds
             heapq.heappush(events, (t + seconds, 0, int(devices[s]), (s, i, 0)))
             if seconds == 0:  # its end comes before any other start at this instant

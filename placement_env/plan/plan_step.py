@@ -94,7 +94,7 @@ class _Replica:
     last_end: np.ndarray  # per rank: its last task's end
     chunk_ready: np.ndarray  # per chunk: the end of its last backward (weight) task
     chunk_started: np.ndarray  # per chunk: the start of that task
-    activations: np.ndarray  # per rank: peak bytes of activations
+    activations: np.ndarray  # per rank: peak dynamic bytes (activations, the gradient accumulation)
     busy: np.ndarray  # per rank
     tasks: list[tuple[str, int, float, float]]  # (task, rank, start, end)
 
@@ -269,6 +269,7 @@ class ReplicaInputs:
         f_time, b_time, w_time: (K,) seconds of each chunk's tasks on its rank.
         message, saved, kept: (K,) bytes sent after a chunk, activations held per micro-batch, a recomputing
             chunk's inputs; ``recompute``: (K,) bool.
+        held: (S,) each rank's parameter bytes (the gradient accumulation's copy).
         latency, bandwidth: (S, S) between the ranks' devices.
         split: weight tasks of their own.
     """
@@ -284,13 +285,14 @@ class ReplicaInputs:
     saved: np.ndarray
     kept: np.ndarray
     recompute: np.ndarray
+    held: np.ndarray
     latency: np.ndarray
     bandwidth: np.ndarray
     split: bool
 
     def arrays(self) -> tuple:
         return (self.kind, self.chunk, self.micro, self.devices, self.f_time, self.b_time, self.w_time, self.message,
-                self.saved, self.kept, self.recompute, self.latency, self.bandwidth, self.split)
+                self.saved, self.kept, self.recompute, self.held, self.latency, self.bandwidth, self.split)
 
 
 def replica_inputs(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, devices: list[int],
@@ -312,8 +314,11 @@ def replica_inputs(costs: ChunkCosts, layout: PlanLayout, cluster: Cluster, devi
     recompute = np.array([layout.recomputes(c % s_) for c in range(k_)], dtype=bool)
     b_time = b_time + np.where(recompute, f_time, 0.0)
     kind, chunk, micro = sequences
+    held = np.zeros(s_)
+    for c in range(k_):
+        held[c % s_] += costs.parameter_bytes[c]
     return ReplicaInputs(kind, chunk, micro, dev, f_time, b_time, w_time, np.ceil(q * costs.boundary_bytes),
-                         np.ceil(q * costs.saved_bytes), np.ceil(q * costs.input_bytes), recompute,
+                         np.ceil(q * costs.saved_bytes), np.ceil(q * costs.input_bytes), recompute, held,
                          np.ascontiguousarray(cluster.latency[np.ix_(dev, dev)]),
                          np.ascontiguousarray(cluster.bandwidth[np.ix_(dev, dev)]), split)
 

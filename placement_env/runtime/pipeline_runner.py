@@ -284,10 +284,11 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
         named = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()} \
             if stage_index == 0 else {}
         target = targets.to(device) if isinstance(targets, torch.Tensor) else placeholder_target
+        # return_outputs=False: the last stage keeps no micro-batch's output to return (the losses are enough)
         if last:
-            schedule.step(*inputs, target=target, losses=losses, **named)
+            schedule.step(*inputs, target=target, losses=losses, return_outputs=False, **named)
         else:
-            schedule.step(*inputs, **named)
+            schedule.step(*inputs, return_outputs=False, **named)
         for name in sorted(tied):  # every process in the same order
             copies = local.get(name)
             if copies is None:

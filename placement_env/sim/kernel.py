@@ -317,7 +317,7 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
 
     _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
                  nx, xb, xs, xe, xbytes, xfirst, xcount, rcnt, free_at_op,
-                 events, static, peak, last_reader)
+                 events, static, peak, last_reader, np.full(m, -1, np.int64), np.zeros(m))
     return makespan, nx
 
 
@@ -325,8 +325,10 @@ def sim_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr, in_s
       locals=_unsigned("u", "b", "d", "k", "x", "q", "r", "o", "j", "bid", "xl"))
 def _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
                  nx, xb, xs, xe, xbytes, xfirst, xcount, rcnt, free_at_op,
-                 events, static, peak, last_reader):
-    """Per-device peak = static + max over time of live outputs and received copies.
+                 events, static, peak, last_reader, boost_op, boost):
+    """Per-device peak = static + max over time of live outputs and received copies (and, from the start of
+    op ``boost_op[d]`` when it is >= 0, ``boost[d]`` more bytes on device ``d`` to the end of the step: the
+    pipelined step's gradient accumulation, ``docs/spec/simulator.md`` section 3a).
 
     Every buffer is freed at a known event: the end of its last reader on
     that device (``last_reader``, buffer ``u`` = op ``u``'s output, ``n + x``
@@ -399,7 +401,7 @@ def _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
             free_at_op[bid] += 0.0 if by_transfer else ob
             # what u's end frees is complete: copies were credited above, outputs by ops that ran before u
             events[2 * o] = start[u]
-            events[2 * o + 1] = ob
+            events[2 * o + 1] = ob + (boost[d] if np.int64(u) == boost_op[d] else 0.0)
             events[2 * o + 2] = end[u]
             freed = free_at_op[u]
             events[2 * o + 3] = -freed

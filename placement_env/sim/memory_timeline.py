@@ -7,7 +7,10 @@ lifetimes, one ``(alloc, free, bytes)`` triple per buffer:
   latest of: the end of ``u``, the end of its last consumer on ``p(u)``, the
   end of its last outbound transfer;
 * the copy a transfer delivers lives on the receiving device from the start of
-  the transfer until the end of the last consumer of ``u`` there.
+  the transfer until the end of the last consumer of ``u`` there;
+* in a pipelined step (section 3a), a device's parameter bytes once more from the
+  start of its first backward op of a micro-batch k >= 1 to the end of the step
+  (the gradient accumulation: :func:`accumulation_lifetimes`).
 
 A buffer occupies the half-open interval ``[alloc, free)``: at equal times,
 frees come before allocations. :func:`buffer_lifetimes` is shared with the
@@ -24,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from placement_env.graph.model import ComputationGraph
-from placement_env.sim.pipeline import stepped_graph
+from placement_env.sim.pipeline import BACKWARD, Unrolled, stepped_graph, unrolled
 from placement_env.sim.simulator import SimulationResult
 
 # (alloc time, free time, bytes): seconds, seconds, bytes
@@ -70,6 +73,21 @@ def buffer_lifetimes(graph: ComputationGraph, placement: Sequence[int], start: S
     return lifetimes
 
 
+def accumulation_lifetimes(step: Unrolled, placement: Sequence[int], start: Sequence[float],
+                           num_devices: int) -> list[list[Lifetime]]:
+    """Per device of a pipelined step, the gradient accumulation's buffer (section 3a) as ``(alloc, inf, bytes)``:
+    the parameter bytes of the device's ops from the start of its first backward op of a micro-batch >= 1 (none
+    on a device without parameters or without such an op)."""
+    held = [0.0] * num_devices
+    first = [np.inf] * num_devices
+    for v in range(step.graph.num_nodes):
+        d = placement[v]
+        held[d] += float(step.graph.param_bytes[v])
+        if step.kind[v] == BACKWARD and 1 <= step.micro[v] < step.microbatches:
+            first[d] = min(first[d], start[v])
+    return [[(first[d], np.inf, held[d])] if held[d] > 0 and first[d] < np.inf else [] for d in range(num_devices)]
+
+
 def memory_timeline(graph: ComputationGraph, result: SimulationResult) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each device's memory in use over the step of ``result`` (a :func:`~placement_env.simulate` of ``graph``).
 
@@ -79,7 +97,7 @@ def memory_timeline(graph: ComputationGraph, result: SimulationResult) -> list[t
     that instant. ``used.max()`` equals ``result.peak_memory`` of that device (exactly when
     sizes are whole bytes; fractional sizes may differ in the last bits, the sums being in another order).
     """
-    graph = stepped_graph(graph, result.microbatches)
+    graph_of_step, graph = graph, stepped_graph(graph, result.microbatches)
     schedule = result.schedule
     if tuple(schedule.node_ids) != tuple(graph.ids):
         raise ValueError(f"the result is a schedule of {len(schedule.node_ids)} other ops, "
@@ -91,11 +109,15 @@ def memory_timeline(graph: ComputationGraph, result: SimulationResult) -> list[t
                          schedule.transfer_start.tolist(), schedule.transfer_end.tolist()))
     lifetimes = buffer_lifetimes(graph, placement, schedule.op_start.tolist(), schedule.op_end.tolist(),
                                  transfers, m)
+    if result.microbatches > 1:
+        held = accumulation_lifetimes(unrolled(graph_of_step, result.microbatches), placement,
+                                      schedule.op_start.tolist(), m)
+        lifetimes = [own + extra for own, extra in zip(lifetimes, held)]
     static = static_memory(graph, placement, m, result.param_factor)
     timeline = []
     for d in range(m):
         # (time, 0 = free | 1 = alloc, signed bytes): frees sort first at equal times
-        changes = sorted([(f, 0, -b) for s, f, b in lifetimes[d] if f > s]
+        changes = sorted([(f, 0, -b) for s, f, b in lifetimes[d] if s < f < np.inf]
                          + [(s, 1, b) for s, f, b in lifetimes[d] if f > s])
         times, used = [0.0], [static[d]]
         level = 0.0

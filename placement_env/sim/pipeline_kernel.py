@@ -28,7 +28,9 @@ arrival with a smaller key must wait to be seen. Here:
   the run when queueing a ready op was such a helper (found with ``perf``); ops that become ready are listed
   and queued at the top of the loop instead, and each op's class is computed once per graph, not per placement;
 * the memory sweep is the plain kernel's :func:`~placement_env.sim.kernel._peak_memory`: its assumptions
-  (transfers booked in execution order, one channel per direction) hold here too.
+  (transfers booked in execution order, one channel per direction) hold here too; the gradient accumulation
+  (a device's parameter bytes once more from its first backward op of a micro-batch >= 1) rides on that op's
+  start (``accumulates``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
     counts = np.zeros(nq, np.int64)
     dcount = np.zeros(m, np.int64)
     static = np.zeros(m)
+    held = np.zeros(m)  # parameter bytes per device: the gradients a later micro-batch makes before adding them
+    accumulates = np.full(m, -1, np.int64)  # the first backward op of a micro-batch >= 1 each device starts
     left = np.zeros(m * (mb + 1), np.int64)
     fwd_left = np.zeros(m, np.int64)  # forward ops of each device not yet ended (GPipe holds backward ops until 0)
     gpipe = capped == 0
@@ -78,6 +82,7 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
         dcount[d] += 1
         fwd_left[d] += forward[v]
         static[d] += param_bytes[v] * param_factor
+        held[d] += param_bytes[v]
         left[d * (mb + 1) + micro[v]] += 1
         if forward[v] == 1 and first[v] < firstd[d]:
             firstd[d] = first[v]
@@ -279,6 +284,8 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
             if chosen < 0:
                 continue
             v = chosen
+            if accumulates[d] < 0 and forward[v] == 0 and micro[v] >= 1 and micro[v] < mb:  # a backward op
+                accumulates[d] = v
             dur = cost[v] / speed[d]
             e1 = t + dur
             start[v] = t
@@ -299,7 +306,7 @@ def pipeline_core(cost, out_bytes, param_bytes, sptr, sdst, sbytes, indeg, iptr,
             return -1.0, -1
     _peak_memory(n, m, out_bytes, start, end, hoff, devops, dcnt,
                  nx, xb, xs, xe, xbytes, xfirst, xcount, rcnt, free_at_op,
-                 events, static, peak, last_reader)
+                 events, static, peak, last_reader, accumulates, held)
     return makespan, nx
 
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
-from placement_env.sim.memory_timeline import buffer_lifetimes, static_memory
-from placement_env.sim.pipeline import FORWARD, schedule_keys, stage_caps, unrolled
+from placement_env.sim.memory_timeline import accumulation_lifetimes, buffer_lifetimes, static_memory
+from placement_env.sim.pipeline import FORWARD, Unrolled, schedule_keys, stage_caps, unrolled
 
 OP_DONE, TRANSFER_DONE, BOOK, START = 0, 1, 2, 3
 
@@ -106,11 +106,11 @@ def simulate_reference(graph: ComputationGraph, placement, cluster: Cluster, par
     chooser = _Schedule(cluster.num_devices, schedule_keys(step, schedule).tolist(), step.micro.tolist(),
                         (step.kind == FORWARD).tolist(), up, microbatches, caps, step.graph.num_nodes,
                         schedule == "gpipe")
-    return _simulate(step.graph, up, cluster, param_factor, chooser)
+    return _simulate(step.graph, up, cluster, param_factor, chooser, step)
 
 
 def _simulate(graph: ComputationGraph, p: list[int], cluster: Cluster, param_factor: float,
-              chooser: _EarliestReady | _Schedule) -> dict:
+              chooser: _EarliestReady | _Schedule, step: Unrolled | None = None) -> dict:
     n, m = graph.num_nodes, cluster.num_devices
     topo = graph.topo_index.tolist()
     cost = graph.cost.tolist()
@@ -187,16 +187,19 @@ def _simulate(graph: ComputationGraph, p: list[int], cluster: Cluster, param_fac
                 running[d] = True
                 heapq.heappush(events, (t + dur, OP_DONE, tv, v))
 
-    peak = _peak_memory(graph, p, cluster, start, end, transfers, param_factor)
+    peak = _peak_memory(graph, p, cluster, start, end, transfers, param_factor, step)
     return {"makespan": max(end), "peak_memory": peak, "busy": busy, "start": start, "end": end,
             "transfers": transfers}
 
 
-def _peak_memory(graph, p, cluster, start, end, transfers, param_factor) -> list[float]:
-    """Interval sweep: each buffer lives on [alloc, free); frees sort before allocations."""
+def _peak_memory(graph, p, cluster, start, end, transfers, param_factor, step) -> list[float]:
+    """Interval sweep: each buffer lives on [alloc, free); frees sort before allocations; a pipelined step's
+    gradient accumulation is one more buffer per device."""
     m = cluster.num_devices
     static = static_memory(graph, p, m, param_factor)
     lifetimes = buffer_lifetimes(graph, p, start, end, transfers, m)
+    if step is not None:
+        lifetimes = [own + held for own, held in zip(lifetimes, accumulation_lifetimes(step, p, start, m))]
     peaks = []
     for d in range(m):
         events = [(s, 1, size) for s, _, size in lifetimes[d]] + [(f, 0, size) for _, f, size in lifetimes[d]]
