@@ -9,6 +9,7 @@ import contextlib
 import operator
 import statistics
 import time
+import weakref
 from typing import Any
 
 import torch
@@ -54,8 +55,8 @@ class OpRecorder(torch.fx.Interpreter):
     ``saved_from``, the fx nodes whose output storage it keeps (an input, the base a view of an input was made
     from, or the op's own output; parameters and buffers are not activations and are left out), and
     ``saved_internal_bytes``, the bytes of storages it keeps that no op returned (a dropout mask, a norm's
-    statistics). Storages are told apart by identity, so a view counts as the storage it aliases; the recorder
-    holds every output storage until the run ends, so that no identity is reused meanwhile.
+    statistics). Storages are told apart by identity, so a view counts as the storage it aliases; an identity
+    is forgotten when its storage is freed, so that a new storage that reuses it is not taken for the old.
     """
 
     def __init__(self, gm: torch.fx.GraphModule, profile: bool, repeats: int, backward: bool = False,
@@ -64,7 +65,6 @@ class OpRecorder(torch.fx.Interpreter):
         self.profile, self.repeats, self.backward, self.saved = profile, repeats, backward, saved
         self.records: dict[str, dict] = {}
         self._owner: dict[int, str] = {}  # storage identity -> the fx node whose output it first was
-        self._held: list[Any] = []
         self._static = {_storage_key(t) for t in [*gm.parameters(), *gm.buffers()]}
 
     def _own(self, n: torch.fx.Node, out: Any) -> None:
@@ -76,7 +76,7 @@ class OpRecorder(torch.fx.Interpreter):
                 key = _storage_key(t)
                 if key not in self._owner and key not in self._static:
                     self._owner[key] = n.name
-                    self._held.append(t.untyped_storage())
+                    weakref.finalize(t.untyped_storage(), self._owner.pop, key, None)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op not in ("call_function", "call_method", "call_module"):
