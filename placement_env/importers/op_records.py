@@ -13,6 +13,7 @@ import weakref
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
@@ -69,8 +70,6 @@ class OpRecorder(torch.fx.Interpreter):
 
     def _own(self, n: torch.fx.Node, out: Any) -> None:
         """Record ``n`` as the owner of the output storages of ``out`` that no earlier node returned."""
-        import torch.utils._pytree as pytree
-
         for t in pytree.tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 key = _storage_key(t)
@@ -126,8 +125,6 @@ class OpRecorder(torch.fx.Interpreter):
         """The median of ``repeats`` timed backward passes of ``n`` alone (its tensor inputs made leaves that
         require grad, the gradient of its outputs ones), as a measured step runs an op's backward; ``None``
         when nothing of it is differentiable or autograd refuses it (an in-place op on a leaf)."""
-        import torch.utils._pytree as pytree
-
         args, kwargs = self.fetch_args_kwargs_from_env(n)
 
         def leaf(x: Any) -> Any:
