@@ -234,20 +234,20 @@ ANNEAL_SECONDS = 4.0  # the default budget of the ``anneal`` placer
 def anneal_from_best(start_placers: dict, budget_seconds: float = ANNEAL_SECONDS, starts: int = 3,
                      config: AnnealConfig = AnnealConfig(), quick_starts: Collection[str] = (),
                      contiguous: bool = False,
-                     proposals: Callable[[ComputationGraph, Cluster], Proposals] | None = None):
+                     proposals: Callable[[ComputationGraph, Cluster, Step], Proposals] | None = None):
     """A placer: :func:`anneal_units` from each of the ``starts`` fastest placements of ``start_placers`` that fit
     in memory (:func:`~baselines.starts.ranked_starts`; on a graph of more than
     :data:`~baselines.starts.LARGE_GRAPH_OPS` ops only those named in ``quick_starts`` run), each for an equal
     share of what the start placers leave of ``budget_seconds``; the best result, the whole call within
     ``budget_seconds``. Why 3 starts: ``docs/placers.md``. ``contiguous``: every placement judged is contiguous
     (:func:`anneal_units`), and so should the start placers' be. ``proposals``: makes each search's
-    :class:`Proposals` from the graph and cluster (a steered search); its set-up counts in the budget.
+    :class:`Proposals` from the graph, cluster and step (a steered search); its set-up counts in the budget.
     """
 
     def placer(graph: ComputationGraph, cluster: Cluster, seed: int = 0, *, step: Step = PLAIN_STEP) -> np.ndarray:
         def search(placement: np.ndarray, seconds: float | None) -> RefineResult:
             began = time.perf_counter()
-            steering = None if proposals is None else proposals(graph, cluster)
+            steering = None if proposals is None else proposals(graph, cluster, step)
             if seconds is not None:  # the steering's set-up is part of this search's share
                 seconds = max(seconds - (time.perf_counter() - began), 1e-3)
             return anneal_units(graph, cluster, graph.unit_placement(placement), seed, seconds, config=config,

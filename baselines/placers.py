@@ -48,7 +48,8 @@ QUICK_STARTS = ("single", "m-topo")
 
 
 def search_placers(budget_seconds: float | None = None, contiguous: bool = False,
-                   proposals: Callable[[ComputationGraph, Cluster], Proposals] | None = None) -> dict[str, Placer]:
+                   proposals: Callable[[ComputationGraph, Cluster, Step], Proposals] | None = None
+                   ) -> dict[str, Placer]:
     """The search placers, ``local-search`` and ``anneal``, each taking ``budget_seconds`` for a whole call (None:
     their defaults, 200 rounds or 0.8 s per start for the local search and 4 s for the annealing);
     ``contiguous``: in contiguous mode, from the contiguous start placers (:mod:`baselines.contiguous`).

@@ -88,8 +88,8 @@ def main() -> None:
                                  contiguous=cell.contiguous).makespan
             steered = anneal_units(graph, cluster, start, seed, None, args.steps, step=cell.step,
                                    contiguous=cell.contiguous,
-                                   proposals=SteeredProposals(policy, graph, cluster,
-                                                              contiguous=cell.contiguous)).makespan
+                                   proposals=SteeredProposals(policy, graph, cluster, contiguous=cell.contiguous,
+                                                              step=cell.step)).makespan
             row.setdefault("evaluations", []).append({"anneal": plain, "steered": steered,
                                                       "difference": steered / plain - 1})
         rows.append(row)

@@ -101,3 +101,21 @@ def test_batched_and_single_entry_points_agree_exactly(problem, seed):
         assert np.array_equal(batch.peak_memory[i], r.peak_memory)
         assert np.array_equal(batch.busy[i], r.busy)
         assert batch.oom[i] == r.oom
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems())
+def test_op_times_are_the_schedules_with_each_devices_previous_op(problem):
+    from placement_env.sim.simulator import Simulator
+
+    g, c, p = problem
+    schedule = simulate(g, p, c).schedule
+    start, end, previous = Simulator(g, c).op_times(np.asarray(p, dtype=np.int64))
+    assert np.array_equal(start, schedule.op_start) and np.array_equal(end, schedule.op_end)
+    for d in range(c.num_devices):  # each device's ops form one chain through previous, in the order they ran
+        ops = set(np.nonzero(np.asarray(p) == d)[0].tolist())
+        pointed = {int(previous[v]) for v in ops} - {-1}
+        assert pointed <= ops and len(pointed) == max(len(ops) - 1, 0)  # one first op, the rest each after one
+        for v in ops:
+            u = int(previous[v])
+            assert u == -1 or (start[u] <= start[v] and end[u] <= start[v] + 1e-12)

@@ -163,12 +163,12 @@ def test_the_pretraining_writes_its_policy_and_resumes(tmp_path, monkeypatch):
     assert SteeringPolicy.load(tmp_path / "policy.json").made_by["iterations"] == 2
     lines: list[str] = []
     state = json.loads((tmp_path / "checkpoint.json").read_text())
-    for key in ("mu", "first", "second"):  # a checkpoint of design 1's ten weights resumes with the stage ones at 0
+    for key in ("mu", "first", "second"):  # a checkpoint of design 1's ten weights resumes with the others at 0
         state[key] = state[key][:10]
     (tmp_path / "checkpoint.json").write_text(json.dumps(state))
     pretrain_steering(SteeringTrainConfig(**{**config.__dict__, "iterations": 3}), tmp_path, log=lines.append)
     assert lines[0] == "resumed at iteration 2" and "iteration 3: validation reward" in lines[-1]
-    assert len(SteeringPolicy.load(tmp_path / "policy.json").vector) == 15
+    assert len(SteeringPolicy.load(tmp_path / "policy.json").vector) == 18  # unit, device, stage, chain
     from agents.steering.training import ship
 
     ship(tmp_path, tmp_path / "policy.json", tmp_path / "shipped")
@@ -291,3 +291,49 @@ def test_an_msr_graph_by_hand_and_the_msr_problems(tmp_path):
     assert len(specs) == 2 * len(MSR_GRAPHS) and not any("resnet" in s["graph"] or "inception" in s["graph"]
                                                           for s in specs)
     assert problem_graph("msr/bert_l-3_training").num_nodes == 600
+
+
+def test_the_critical_chain_of_a_chain_by_hand():
+    from agents.steering.critical_chain import CHAIN_FEATURES, CriticalChain
+
+    graph, cluster = chain(), uniform_cluster(3)
+    marks = dict(zip(CHAIN_FEATURES, CriticalChain(graph, cluster).unit_features(np.array([0, 0, 1])).T))
+    # a then b on device 0, c on device 1 after b's output crosses: every op on the chain, one transfer (b -> c)
+    assert {k: v.tolist() for k, v in marks.items()} == {"on_chain": [1, 1, 1], "chain_transfer": [0, 1, 1],
+                                                         "device_bound": [0, 0, 0]}
+    apart = ComputationGraph([Node("x", "matmul", 1.0, 0), Node("y", "matmul", 2.0, 0), Node("z", "matmul", 0.5, 0)],
+                             [], name="apart")
+    # x and y share device 0 (x first: 0-1 s, y: 1-3 s), z alone on device 1 (0-0.5 s): the chain is x -> y,
+    # y waited for its device; z is off it
+    marks = dict(zip(CHAIN_FEATURES, CriticalChain(apart, cluster).unit_features(np.array([0, 0, 1])).T))
+    assert marks["on_chain"].tolist() == [1, 1, 0] and marks["device_bound"].tolist() == [0, 1, 0]
+    assert marks["chain_transfer"].tolist() == [0, 0, 0]
+
+
+def test_the_chain_weights_steer_moves_to_the_critical_chain_and_zero_weights_cost_nothing():
+    graph, cluster = layered_dag(3, num_ops=40), Cluster.preset("p100", 4)
+    current = np.random.default_rng(0).integers(0, 4, graph.num_units)
+    assert SteeredProposals(SteeringPolicy(), graph, cluster).chain is None  # no simulation a step
+    steer = SteeredProposals(SteeringPolicy(chain=(30.0, 0.0, 0.0)), graph, cluster)
+    on = steer.chain.unit_features(current)[:, 0] == 1
+    assert 0 < on.sum() < graph.num_units
+    assert steer.unit_probabilities(current)[on].sum() > 0.999
+
+
+def test_the_compiled_draws_are_the_features_softmaxes():
+    graph = layered_dag(4, num_ops=120)
+    cluster = Cluster.of_nodes([("v100-nvlink", 2), ("a100-nvlink", 3)])
+    policy = SteeringPolicy(unit=(0.7, -1.2, 2.0, 0.4, -0.6), device=(1.5, 0.8, -0.9, 0.6, 1.1))
+    proposals = SteeredProposals(policy, graph, cluster)
+    view = proposals.view
+    for seed in range(5):
+        current = np.random.default_rng(seed).integers(0, cluster.num_devices, graph.num_units)
+        logits = view.unit_features(current) @ np.array(policy.unit)
+        expected = np.exp(logits - logits.max())
+        assert np.allclose(proposals.unit_probabilities(current), expected / expected.sum(), rtol=1e-12)
+        units = np.random.default_rng(seed).integers(0, graph.num_units, 64)
+        noise = np.random.default_rng(seed + 100).gumbel(size=(64, cluster.num_devices))
+        scores = view.device_features(current, units) @ np.array(policy.device) + noise
+        scores[np.arange(64), current[units]] = -np.inf
+        drawn = proposals.targets(current, units, np.random.default_rng(seed + 100))
+        assert drawn.tolist() == np.argmax(scores, axis=1).tolist()

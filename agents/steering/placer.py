@@ -37,8 +37,8 @@ def steered_placer(budget_seconds: float | None = None, policy: SteeringPolicy |
     by ``policy`` (None: the shipped one)."""
     chosen = policy or steering_policy()
 
-    def proposals(graph, cluster):
-        return SteeredProposals(chosen, graph, cluster, contiguous=contiguous)
+    def proposals(graph: ComputationGraph, cluster: Cluster, step: Step) -> SteeredProposals:
+        return SteeredProposals(chosen, graph, cluster, contiguous=contiguous, step=step)
 
     return search_placers(budget_seconds, contiguous, proposals)["steered"]
 

@@ -71,7 +71,8 @@ def run_steered(problem: TrainingProblem, vector: np.ndarray | None, steps: int,
     """The penalized best makespan of ``steps`` annealing steps from the problem's start, steered by the policy of
     ``vector`` (None: plain annealing)."""
     proposals = None if vector is None else SteeredProposals(SteeringPolicy.from_vector(vector), problem.graph,
-                                                              problem.cluster, contiguous=problem.contiguous)
+                                                              problem.cluster, contiguous=problem.contiguous,
+                                                              step=problem.step)
     result = anneal_units(problem.graph, problem.cluster, problem.start, seed, time_budget=None, max_steps=steps,
                           step=problem.step, contiguous=problem.contiguous, proposals=proposals)
     return penalized(result.makespan, result.overflow, problem)
@@ -107,13 +108,19 @@ def evaluate(vector: np.ndarray, problems: _Problems, indices: list[int], steps:
 
 
 def pretrain_steering(config: SteeringTrainConfig, out: str | Path, log: Callable[[str], None] = print,
-                      command: str = "") -> SteeringPolicy:
-    """Run (or resume) the pretraining into the folder ``out`` (module docstring); returns the policy."""
+                      command: str = "", warm_start: str | Path | None = None) -> SteeringPolicy:
+    """Run (or resume) the pretraining into the folder ``out`` (module docstring); returns the policy.
+    ``warm_start``: a checkpoint of another run (an earlier design, fewer weights) to begin from when ``out`` has
+    none: its weights, Adam's moments, iteration and random state, the weights it lacks at zero; recorded in
+    ``pretrain.json``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     record_path, checkpoint_path = out / "pretrain.json", out / "checkpoint.json"
     record: dict[str, Any] = read_json_file(record_path) if record_path.exists() else {
         "config": asdict(config), "command": command, "seconds": {"training": 0.0}, "validation": []}
+    if warm_start is not None and not checkpoint_path.exists():
+        write_json_file(read_json_file(warm_start), checkpoint_path)
+        record["warm_start"] = {"checkpoint": str(warm_start), "iteration": read_json_file(warm_start)["iteration"]}
     problems_file = out / "problems.jsonl"
     problems = _Problems([])
 
@@ -221,15 +228,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     for name in ("sigma", "learning_rate", "checkpoint_seconds"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=getattr(defaults, name))
+    parser.add_argument("--warm-start", metavar="CHECKPOINT", help="begin from another run's checkpoint.json "
+                                                                   "(an earlier design: new weights at zero)")
     parser.add_argument("--ship", metavar="POLICY", help="instead of training: ship the run's policy file POLICY "
                                                         "as the package's (agents/steering/pretrained)")
     args = parser.parse_args(argv)
     if args.ship:
         ship(args.out, args.ship, Path(__file__).parent / "pretrained")
         return 0
-    config = SteeringTrainConfig(**{k: v for k, v in vars(args).items() if k not in ("out", "ship")})
+    config = SteeringTrainConfig(**{k: v for k, v in vars(args).items() if k not in ("out", "ship", "warm_start")})
     command = "python -m agents.steering.training " + " ".join(sys.argv[1:] if argv is None else argv)
-    pretrain_steering(config, args.out, lambda line: print(line, flush=True), command)
+    pretrain_steering(config, args.out, lambda line: print(line, flush=True), command, args.warm_start)
     return 0
 
 

@@ -328,6 +328,19 @@ class Simulator:
         makespan, _ = self._core(placement)
         return float(makespan), self._buffers().peak.copy(), self._buffers().busy.copy()
 
+    def op_times(self, placement: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(start, end, previous)`` of a *validated* int64 node placement, per op of the step (the unrolled one
+        when pipelined; node order): seconds, and the op its device ran just before it (-1: its first)."""
+        self._core(placement)
+        ws, order = self._buffers(), self._prep.order
+        start, end = np.empty(order.size), np.empty(order.size)
+        start[order], end[order] = ws.start, ws.end
+        ran = order[ws.devops]  # each device's ops in the order they ran, device after device
+        previous = np.full(order.size, -1, dtype=np.int64)
+        previous[ran[1:]] = ran[:-1]
+        previous[ran[ws.hoff[:-1][np.diff(ws.hoff) > 0]]] = -1  # each device's first op
+        return start, end, previous
+
     def _buffers(self) -> Workspace:
         return self._ws.plain if isinstance(self._ws, PipelineWorkspace) else self._ws
 
