@@ -44,7 +44,8 @@ from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", default=None, help="a steering policy file (default: the shipped one)")
-    parser.add_argument("--budgets", type=float, nargs="+", default=[1.0, 3.0])
+    parser.add_argument("--budgets", type=float, nargs="*", default=[1.0, 3.0],
+                        help="seconds (default 1 3; none: equal evaluations only)")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--large", action="store_true")

@@ -103,3 +103,21 @@ def test_a_learned_method_beyond_its_policy_is_a_row_without_placement():
 
     record = run_method("zero-shot", Cell("synthetic/1", 16), None, None)
     assert "makespan" not in record and "places on at most 8" in record["error"]
+
+
+def test_a_budgeted_method_against_annealing_at_the_same_budget_by_hand():
+    tables = hand_tables()
+    tables[1.0]["a"]["steered"], tables[1.0]["b"]["steered"] = rec(9.9), rec(26.0)  # b: annealing out of memory
+    tables[10.0]["a"]["steered"], tables[10.0]["b"]["steered"] = rec(10.5), rec(19.0)
+    report = anytime_report(tables, [1.0, 10.0], ["heft", "anneal", "steered"], "cmd",
+                            groups={"first": ["a"], "all": ["a", "b"]})
+    assert "| steered | first | -10.00% / -10.00% / 100% of 1 | +5.00% / +5.00% / 0% of 1 |" in report
+    assert "| steered | all | -10.00% / -10.00% / 100% of 1 | +0.00% / +0.00% / 50% of 2 |" in report
+
+
+def test_cells_are_grouped_as_the_bar_of_the_steered_search_reads_them():
+    from agents.paper.benchmark_cells import cell_groups, pipelined_cells
+
+    cells = [Cell("ptb/100", 3), large_cells()[0], pipelined_cells()[0]]
+    assert cell_groups(cells) == {"held-out": ["ptb-100_3gpu"], "large": [large_cells()[0].key],
+                                  "pipelined": [pipelined_cells()[0].key], "all": [c.key for c in cells]}

@@ -13,6 +13,8 @@ placement out of memory, or none). The report:
   (at the largest budget when 10 s is not among them), by each budget, and the median over the cells of the
   first budget that reached it ("-" when the median cell never did);
 * the mean seconds each method used per budget (its set-up counts: a budget is what it aims at);
+* each budgeted method against annealing at the same budget, per group of cells: the mean and median of its
+  makespan over annealing's minus one, and the share of the cells where it is at or below annealing;
 * a PNG of the mean gap against the mean seconds used, a point per budget and a line per method
   (``anytime.png``), the zero-shot placement and the best fast placer of each cell as points at their mean
   seconds.
@@ -80,10 +82,44 @@ def time_to_reference(tables: dict[float, Table], method: str, budgets: list[flo
     return out
 
 
+def against_reference(tables: dict[float, Table], method: str, budget: float, cells: list[str]) -> np.ndarray:
+    """Per cell of ``cells`` where both have a placement within memory, ``method``'s makespan over annealing's at
+    the same ``budget``, minus one (negative: ``method`` is ahead)."""
+    table = tables[budget]
+    pairs = [(feasible_makespan(table[c].get(method)), feasible_makespan(table[c].get(REFERENCE_METHOD)))
+             for c in cells if c in table]
+    return np.array([a / b - 1.0 for a, b in pairs if np.isfinite(a) and np.isfinite(b)])
+
+
+def against_reference_report(tables: dict[float, Table], budgets: list[float], methods: list[str],
+                             groups: dict[str, list[str]]) -> list[str]:
+    """Markdown lines: per budgeted method other than annealing, per group of cells (name -> cell keys) and
+    budget, its makespan against annealing's at the same budget (:func:`against_reference`): mean / median / the
+    share of the cells at or below annealing."""
+    compared = [m for m in methods if m in BUDGETED and m != REFERENCE_METHOD]
+    if REFERENCE_METHOD not in methods or not compared:
+        return []
+    lines = ["", "Against annealing at the same budget: makespan over annealing's minus one (negative: ahead), mean "
+             "/ median / share of the cells at or below annealing, over the cells where both are within memory.", "",
+             "| method | cells | " + " | ".join(f"{b:g} s" for b in sorted(budgets)) + " |",
+             "|---" * (len(budgets) + 2) + "|"]
+    for m in compared:
+        for name, cells in groups.items():
+            cols = []
+            for b in sorted(budgets):
+                d = against_reference(tables, m, b, cells)
+                cols.append(f"{100 * d.mean():+.2f}% / {100 * np.median(d):+.2f}% / {100 * np.mean(d <= 0):.0f}%"
+                            f" of {d.size}" if d.size else "-")
+            lines.append(f"| {m} | {name} | " + " | ".join(cols) + " |")
+    return lines
+
+
 def anytime_report(tables: dict[float, Table], budgets: list[float], methods: list[str], command: str,
-                   png: Path | None = None) -> str:
+                   png: Path | None = None, groups: dict[str, list[str]] | None = None) -> str:
     """The anytime summary (Markdown; module docstring) of ``tables`` (budget -> cell -> method -> record, the
-    unbudgeted methods' records the same at every budget); writes the PNG to ``png`` when given."""
+    unbudgeted methods' records the same at every budget); writes the PNG to ``png`` when given. ``groups``: names
+    for sets of cells (cell keys) over which each budgeted method is also compared with annealing at the same
+    budget (:func:`against_reference_report`; all the cells as one group when None)."""
     budgets = sorted(budgets)
     best = best_seen(tables)
     cells = len(best)
@@ -114,6 +150,7 @@ def anytime_report(tables: dict[float, Table], budgets: list[float], methods: li
         shares = [f"{100 * np.mean(reached <= b):.0f}%" for b in budgets]
         median = float(np.median(reached)) if reached.size else float("inf")
         lines.append(f"| {m} | " + " | ".join(shares) + f" | {f'{median:g} s' if np.isfinite(median) else '-'} |")
+    lines += against_reference_report(tables, budgets, methods, groups or {"all": list(tables[budgets[0]])})
     if png is not None:
         _plot(tables, budgets, budgeted, others, best, png)
         lines += ["", f"![mean gap against budget]({png.name})"]

@@ -54,7 +54,7 @@ from placement_env.json_files import digest_of, write_text_atomically
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 
 from .anytime import anytime_report
-from .benchmark_cells import BUDGETED, LEARNED, SEARCHES, Cell
+from .benchmark_cells import BUDGETED, LEARNED, SEARCHES, Cell, cell_groups
 
 
 def run_method(method: str, cell: Cell, budget_seconds: float | None, policy: str | None, seed: int = 0) -> dict:
@@ -302,7 +302,7 @@ def _run_benchmark(cells: list[Cell], budgets: list[float], out: Path, policy: s
         table = tables[budgets[0]]
         markdown, table_csv = format_report(table, budgets[0], command) if table else ("no cell finished\n", "")
     else:
-        markdown, table_csv = _anytime_files(tables, budgets, method_names, command, out)
+        markdown, table_csv = _anytime_files(tables, budgets, method_names, command, out, cell_groups(cells))
     if failed:
         markdown += ("\nLeft out, as a method failed there (rerun to retry): "
                      + "; ".join(f"{key} ({why})" for key, why in failed.items()) + "\n")
@@ -312,14 +312,14 @@ def _run_benchmark(cells: list[Cell], budgets: list[float], out: Path, policy: s
 
 
 def _anytime_files(tables: dict[float, dict[str, dict[str, dict]]], budgets: list[float], method_names: list[str],
-                   command: str, out: Path) -> tuple[str, str]:
+                   command: str, out: Path, groups: dict[str, list[str]]) -> tuple[str, str]:
     """The anytime report and CSV (a ``budget_seconds`` column, empty for a method without a budget), and a table
     per budget in ``out/benchmark_<budget>s.md``."""
     common = set.intersection(*(set(t) for t in tables.values()))
     tables = {b: {key: row for key, row in t.items() if key in common} for b, t in tables.items()}
     if not common:
         return "no cell finished\n", ""
-    markdown = anytime_report(tables, budgets, method_names, command, out / "anytime.png")
+    markdown = anytime_report(tables, budgets, method_names, command, out / "anytime.png", groups)
     rows = ["cell,method,budget_seconds,makespan_ms,lower_bound_ms,ratio,oom,seconds"]
     for budget in budgets:
         per_budget, _ = format_report(tables[budget], budget, command)

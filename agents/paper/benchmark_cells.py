@@ -82,6 +82,17 @@ def pipelined_cells() -> list[Cell]:
     return [replace(cell, contiguous=True) for cell in large_cells(Step(8, "1f1b"))[:2 * len(TRANSFORMERS)]]
 
 
+def cell_groups(cells: list[Cell]) -> dict[str, list[str]]:
+    """The keys of ``cells`` by group: ``held-out`` (the suites' seeds and the real models, or any cell given by
+    the user), ``large`` (:func:`large_cells`), ``pipelined`` (contiguous cells), then ``all``; empty groups left
+    out."""
+    large = {cell.key for cell in large_cells()}
+    groups: dict[str, list[str]] = {"held-out": [], "large": [], "pipelined": []}
+    for cell in cells:
+        groups["pipelined" if cell.contiguous else "large" if cell.key in large else "held-out"].append(cell.key)
+    return {name: keys for name, keys in groups.items() if keys} | {"all": [cell.key for cell in cells]}
+
+
 def methods(include_learned: bool = True, include_runtime: bool = False) -> list[str]:
     """Every benchmarked method, classical first; the runtimes' defaults (:data:`RUNTIME`, which need module
     names) after the searches with ``include_runtime``."""
