@@ -198,12 +198,16 @@ def pretrain_steering(config: SteeringTrainConfig, out: str | Path, log: Callabl
 def ship(out: str | Path, policy_file: str | Path, to: Path) -> None:
     """Copy the policy ``policy_file`` of the run in ``out`` into the folder ``to`` (``policy.json``) with a
     ``pretrain.json``: the run's record (config, command, validation curve), the problems file's size and the
-    CPU seconds its problems took where recorded, and the training's seconds."""
+    CPU seconds its problems took where recorded, and the training's seconds (with those of the run it was warm
+    started from)."""
     out, to = Path(out), Path(to)
     policy = SteeringPolicy.load(policy_file)
     record = read_json_file(out / "pretrain.json")
     lines = list(read_problem_lines(out / "problems.jsonl"))
     timed = [line["seconds"] for line in lines if "seconds" in line]
+    warm = record.get("warm_start")  # the run it began from: its training seconds count too
+    warm_record = Path(warm["checkpoint"]).parent / "pretrain.json" if warm else None
+    warm_seconds = read_json_file(warm_record)["seconds"]["training"] if warm_record and warm_record.exists() else 0.0
     to.mkdir(parents=True, exist_ok=True)
     policy.save(to / "policy.json")
     write_json_file({"policy": policy.made_by, "run": str(out), "record": record,
@@ -213,6 +217,7 @@ def ship(out: str | Path, policy_file: str | Path, to: Path) -> None:
                                                "python -m agents.steering.problems --msr --out "
                                                + str(out / "problems.jsonl")]},
                      "compute_seconds": {"training": record["seconds"]["training"],
+                                         "warm_start_training": warm_seconds,
                                          "problems_timed": sum(timed), "problems_timed_lines": len(timed),
                                          "problems_untimed_lines": len(lines) - len(timed)}},
                     to / "pretrain.json")
