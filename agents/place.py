@@ -1,19 +1,22 @@
 """Place a graph with a pretrained policy: ``python -m agents.place`` (and ``agents.place(graph, cluster)``).
 
     python -m agents.place --graph cifar10/3 --devices 3 --budget-seconds 30 --out placement.json
+    python -m agents.place --graph gpt2 --devices 16 --per-node 8 --microbatches 8 --contiguous
     python -m agents.place --graph resnet50 --devices 8 --zero-shot
-    python -m agents.place --graph gpt2 --devices 16 --per-node 8 --microbatches 8 --contiguous --method steered
+    python -m agents.place --graph cifar10/3 --devices 3 --method fine-tuned --policy my_policy.zip
 
-A thin command line over two learned methods: ``--method fine-tuned`` (the default) and ``zero-shot``,
+A thin command line over the learned methods: ``--method steered``, the annealing steered by a policy
+(:mod:`agents.steering`: any cluster, ``--contiguous`` for pipeline stages), the default, as the one ahead of
+annealing at equal wall-clock (``docs/steering.md``); and the placement policy's, ``zero-shot`` and ``fine-tuned``,
 :func:`agents.learned.placer.place` (zero-shot: one forward pass; fine-tuned: the policy and the annealing search
-the graph for ``--budget-seconds``), and ``--method steered``, the annealing steered by a policy
-(:mod:`agents.steering`: any cluster, ``--contiguous`` for pipeline stages). It prints the placement's simulated
-step time beside the best of the fast classical placers and the lower bound; after a search it also runs the
-plain annealing for the same budget (so the command takes twice ``--budget-seconds``) and prints it on the
+the graph for ``--budget-seconds``), chosen by ``--method``, or when ``--method`` is not given by ``--zero-shot`` or
+by the options of the placement policy (``--policy``, ``--passes``, ``--samples``). It prints the placement's
+simulated step time beside the best of the fast classical placers and the lower bound; after a search it also runs
+the plain annealing for the same budget (so the command takes twice ``--budget-seconds``) and prints it on the
 learned line, whichever wins; it writes the faster of the two with ``--out``, saying which. Ctrl-C (or SIGTERM)
-during the fine-tuned search stops it: the best placement found so far is reported and written, and the command
-exits with status 130 (143). This module is callable: ``import agents; agents.place(graph, cluster, ...)`` calls
-:func:`agents.learned.placer.place`.
+during the search (steered or fine-tuned) stops it: the best placement found so far is reported and written, and the
+command exits with status 130 (143). This module is callable: ``import agents; agents.place(graph, cluster, ...)``
+calls :func:`agents.learned.placer.place`.
 """
 
 from __future__ import annotations
@@ -53,17 +56,20 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--policy", metavar="FILE", help="a policy from python -m agents.pretrain (default: the "
                                                         "shipped one), or a checkpoint of train.py")
     parser.add_argument("--budget-seconds", type=float, metavar="S",
-                        help=f"fine-tune on this graph for S seconds in all (default {DEFAULT_BUDGET_SECONDS:g})")
-    parser.add_argument("--method", choices=METHODS, default="fine-tuned",
-                        help="fine-tuned (default): the placement policy fine-tuned by search; zero-shot: one "
-                             "forward pass; steered: the annealing steered by --steering-policy")
+                        help=f"search this graph for S seconds in all (default {DEFAULT_BUDGET_SECONDS:g}); the "
+                             "annealing it is compared with takes as long again")
+    parser.add_argument("--method", choices=METHODS,
+                        help="steered (the default): the annealing steered by --steering-policy; fine-tuned (the "
+                             "default with --policy, --passes or --samples): the placement policy fine-tuned by "
+                             "search; zero-shot: one forward pass")
     parser.add_argument("--zero-shot", action="store_true", help="the same as --method zero-shot")
     parser.add_argument("--steering-policy", metavar="FILE",
                         help="with --method steered: a policy from python -m agents.steering.training (default: the "
                              "shipped one)")
     parser.add_argument("--contiguous", action="store_true",
                         help="with --method steered: pipeline stages in program order, as pipeline runtimes run them")
-    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="placements drawn per forward pass")
+    parser.add_argument("--samples", type=int, help=f"placements drawn per forward pass of the placement policy "
+                                                    f"(default {DEFAULT_SAMPLES})")
     parser.add_argument("--passes", type=int, default=1,
                         help="with --zero-shot: forward passes, each showing the policy the best placement so far "
                              "(default 1)")
@@ -78,9 +84,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         if args.zero_shot:
-            if args.method not in ("fine-tuned", "zero-shot"):
+            if args.method not in (None, "fine-tuned", "zero-shot"):
                 raise ValueError(f"--zero-shot is --method zero-shot; it cannot go with --method {args.method}")
             args.method = "zero-shot"
+        if args.method is None:  # the placement policy's options choose it; else the steered search
+            args.method = "fine-tuned" if args.policy is not None or args.passes > 1 or args.samples is not None \
+                else "steered"
         if args.budget_seconds is not None:
             if not checked_finite("--budget-seconds", args.budget_seconds) > 0:
                 raise ValueError(f"--budget-seconds must be positive, got {args.budget_seconds!r}")
@@ -89,10 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.method != "steered" and (args.contiguous or args.steering_policy is not None):
             raise ValueError(f"{'--contiguous' if args.contiguous else '--steering-policy'} is for --method "
                              f"steered (the {args.method} placer places freely, with its own policy)")
-        if args.method == "steered" and (args.policy is not None or args.passes > 1):
-            raise ValueError(f"{'--policy' if args.policy is not None else '--passes'} is for the fine-tuned and "
-                             "zero-shot placers (--method steered takes --steering-policy)")
+        if args.method == "steered" and (args.policy is not None or args.passes > 1 or args.samples is not None):
+            option = "--policy" if args.policy is not None else "--passes" if args.passes > 1 else "--samples"
+            raise ValueError(f"{option} is for the fine-tuned and zero-shot placers (--method steered takes "
+                             "--steering-policy)")
         args.zero_shot = args.method == "zero-shot"
+        args.samples = DEFAULT_SAMPLES if args.samples is None else args.samples
         if checked_count("--samples", args.samples, 1) > MAX_SAMPLES:
             raise ValueError(f"--samples must be at most {MAX_SAMPLES:,} (placements drawn and judged at once), "
                              f"got {args.samples:,}")
@@ -110,16 +121,17 @@ def main(argv: list[str] | None = None) -> int:
 
         if not args.zero_shot:  # the searches compared share their start placers' set-up: built before both
             report.warm_up(graph, cluster, step, args.contiguous)
+
+        def searching() -> None:
+            print(f"searching for {budget:g} s (Ctrl-C stops it and keeps the best placement so far)", flush=True)
+
         if args.method == "steered":
             from agents.steering.placer import steered_search  # the simulator's kernels: once the input is checked
 
-            result = steered_search(graph, cluster, budget, args.steering_policy, args.contiguous, args.seed, step)
+            result = steered_search(graph, cluster, budget, args.steering_policy, args.contiguous, args.seed, step,
+                                    on_search=searching)
         else:
             from agents.learned import placer  # torch: loaded once the input is checked
-
-            def searching() -> None:
-                print(f"searching for {budget:g} s (Ctrl-C stops it and keeps the best placement so far)",
-                      flush=True)
 
             result = placer.place(graph, cluster, args.policy, args.budget_seconds, args.zero_shot, args.seed,
                                   args.samples, step=step, passes=args.passes, on_search=searching)

@@ -43,6 +43,7 @@ from placement_env.graph.units import unit_edges
 from placement_env.sim.pipeline import PLAIN_STEP, Step
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_placement
 
+from .interrupts import with_best
 from .local_search import RefineResult, judge_unit_placements
 from .search_clock import SearchClock
 from .stages import nearest_contiguous, program_order, stage_neighbours, unit_can_begin, unit_parameters
@@ -160,36 +161,40 @@ def anneal_units(graph: ComputationGraph, cluster: Cluster, start_units: np.ndar
     order = program_order(graph) if contiguous else np.zeros(0, dtype=np.int64)
     weight = unit_parameters(graph) if contiguous else None
     can_begin = unit_can_begin(graph) if contiguous else None
-    while max_steps is None or steps < max_steps:
-        batch = clock.step(config.batch)  # the whole batch, or what the time left allows (0: stop)
-        if batch == 0:
-            break
-        progress = steps / max_steps if max_steps is not None else clock.progress()
-        temperature = config.t_start * (config.t_end / config.t_start) ** min(progress, 1.0)
-        if proposals is not None:
-            rows = proposals(current, batch, rng)
-        elif contiguous:
-            rows = stage_neighbours(current, order, m, batch, rng, weight, can_begin=can_begin)
-        else:
-            rows = unit_neighbours(current, near, m, batch, rng, config)
-        mk, over = judge(rows)
-        evaluations += batch
-        steps += 1
-        allowed = over <= cur_over
-        if over.min() < cur_over:  # out of memory: the least overflow first
-            j = int(np.lexsort((mk, over))[0])
-        elif not allowed.any():  # every neighbour needs more memory: stay
+    try:
+        while max_steps is None or steps < max_steps:
+            batch = clock.step(config.batch)  # the whole batch, or what the time left allows (0: stop)
+            if batch == 0:
+                break
+            progress = steps / max_steps if max_steps is not None else clock.progress()
+            temperature = config.t_start * (config.t_end / config.t_start) ** min(progress, 1.0)
+            if proposals is not None:
+                rows = proposals(current, batch, rng)
+            elif contiguous:
+                rows = stage_neighbours(current, order, m, batch, rng, weight, can_begin=can_begin)
+            else:
+                rows = unit_neighbours(current, near, m, batch, rng, config)
+            mk, over = judge(rows)
+            evaluations += batch
+            steps += 1
+            allowed = over <= cur_over
+            if over.min() < cur_over:  # out of memory: the least overflow first
+                j = int(np.lexsort((mk, over))[0])
+            elif not allowed.any():  # every neighbour needs more memory: stay
+                history.append(best_key[1])
+                continue
+            else:  # Boltzmann choice among the neighbours no worse in memory: exp(-relative increase / T)
+                scale = max(cur_mk, 1e-300) * temperature
+                logits = np.where(allowed, -(mk - cur_mk) / scale, -np.inf)
+                weights = np.exp(logits - logits.max())
+                j = int(rng.choice(batch, p=weights / weights.sum()))
+            current, cur_mk, cur_over = rows[j], float(mk[j]), float(over[j])
+            if (cur_over, cur_mk) < best_key:
+                best, best_key = current.copy(), (cur_over, cur_mk)
             history.append(best_key[1])
-            continue
-        else:  # Boltzmann choice among the neighbours no worse in memory: exp(-relative increase / T)
-            scale = max(cur_mk, 1e-300) * temperature
-            logits = np.where(allowed, -(mk - cur_mk) / scale, -np.inf)
-            weights = np.exp(logits - logits.max())
-            j = int(rng.choice(batch, p=weights / weights.sum()))
-        current, cur_mk, cur_over = rows[j], float(mk[j]), float(over[j])
-        if (cur_over, cur_mk) < best_key:
-            best, best_key = current.copy(), (cur_over, cur_mk)
-        history.append(best_key[1])
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the best placement seen goes with it (interrupts.py)
+        with_best(stop, graph.expand_unit_placement(best), best_key[1], best_key[0])
+        raise
     return RefineResult(graph.expand_unit_placement(best), best_key[1], best_key[0], steps, evaluations, history)
 
 

@@ -14,6 +14,7 @@ from placement_env.graph.model import ComputationGraph
 from placement_env.sim.pipeline import PLAIN_STEP, Step
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_placement
 
+from .interrupts import with_best
 from .memory import PlacementInfeasibleError
 
 LARGE_GRAPH_OPS = 200_000  # beyond this many ops, a search starts only from its quick start placers
@@ -81,15 +82,23 @@ def best_of_starts(graph: ComputationGraph, cluster: Cluster, seed: int,
     fit (:func:`ranked_starts`, given ``budget_seconds`` and ``quick``); return the placement of the best result
     (least ``overflow``, then ``makespan``). With ``budget_seconds``, each search gets an equal part of what is left
     of it when the search begins (``seconds``, zero when the start placers used it all); without, ``seconds`` is
-    None."""
+    None. Ctrl-C (or SIGTERM) during a search carries on the best placement of the searches so far
+    (:mod:`baselines.interrupts`)."""
     began = time.perf_counter()
     found, _ = ranked_starts(graph, cluster, start_placers, seed, budget_seconds, quick, step)
     chosen = found[:starts]
     results = []
-    for i, (_, _, placement) in enumerate(chosen):
-        share = None
-        if budget_seconds is not None:  # what is left, shared by the searches still to run
-            left = budget_seconds - (time.perf_counter() - began)
-            share = max(0.0, left) / (len(chosen) - i)
-        results.append(search(placement, share))
+    try:
+        for i, (_, _, placement) in enumerate(chosen):
+            share = None
+            if budget_seconds is not None:  # what is left, shared by the searches still to run
+                left = budget_seconds - (time.perf_counter() - began)
+                share = max(0.0, left) / (len(chosen) - i)
+            results.append(search(placement, share))
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the best start and finished searches go with it too
+        for makespan, _, placement in chosen[:1]:  # the fastest start within memory
+            with_best(stop, placement, makespan, 0.0)
+        for result in results:
+            with_best(stop, result.placement, result.makespan, result.overflow)
+        raise
     return min(results, key=lambda r: (r.overflow, r.makespan)).placement

@@ -58,3 +58,55 @@ def test_no_time_and_no_steps_is_refused():
         anneal_units(g, c, np.zeros(g.num_units, dtype=np.int64), time_budget=None)
     with pytest.raises(PlacementInfeasibleError):
         place(g, uniform_cluster(2, memory=10), "anneal")
+
+
+@pytest.mark.parametrize("interrupt", ["KeyboardInterrupt", "Terminated"])
+def test_an_interrupted_annealing_carries_its_best_placement_on_the_same_interrupt(interrupt):
+    from baselines.anneal import unit_neighbours
+    from baselines.interrupts import best_of
+    from placement_env.cli import Terminated
+
+    g, c = load_graph("synthetic/1"), Cluster.preset("p100", 3)
+    start = g.unit_placement(place(g, c, "round-robin"))
+    near, calls = nearest_units(g, 11), [0]
+    kind = {"KeyboardInterrupt": KeyboardInterrupt, "Terminated": Terminated}[interrupt]
+
+    def stopped_at_step_six(current, batch, rng):
+        calls[0] += 1
+        if calls[0] == 6:
+            raise kind
+        return unit_neighbours(current, near, c.num_devices, batch, rng)
+
+    with pytest.raises(kind) as stop:
+        anneal_units(g, c, start, time_budget=None, max_steps=50, proposals=stopped_at_step_six)
+    assert type(stop.value) is kind  # the interrupt itself, so that SIGTERM still exits 143
+    found = best_of(stop.value)
+    assert found is not None
+    placement, makespan, overflow = found
+    assert simulate(g, placement, c).makespan == pytest.approx(makespan, rel=1e-12) and overflow == 0
+    calls[0] = -10**9  # the same search, not stopped: its best after the five steps the stopped one finished
+    whole = anneal_units(g, c, start, time_budget=None, max_steps=50, proposals=stopped_at_step_six)
+    assert makespan == whole.history[5] < simulate(g, g.expand_unit_placement(start), c).makespan
+
+
+def test_the_best_of_the_starts_goes_with_an_interrupt_during_a_later_search():
+    from baselines.interrupts import best_of
+    from baselines.placers import PLACERS
+    from baselines.starts import best_of_starts
+
+    g, c = load_graph("synthetic/1"), Cluster.preset("p100", 3)
+    searched: list[float] = []
+
+    def search(placement, seconds):
+        if searched:
+            raise KeyboardInterrupt
+        result = anneal(g, c, placement, time_budget=None, max_steps=20)
+        searched.append(result.makespan)
+        return result
+
+    with pytest.raises(KeyboardInterrupt) as stop:
+        best_of_starts(g, c, 0, {name: PLACERS[name] for name in ("m-topo", "heft", "metis")}, 3, search, None)
+    found = best_of(stop.value)
+    assert found is not None
+    placement, makespan, _ = found
+    assert makespan == searched[0] == pytest.approx(simulate(g, placement, c).makespan, rel=1e-12)

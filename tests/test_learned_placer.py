@@ -336,8 +336,9 @@ def test_ctrl_c_during_the_search_rounds_keeps_the_finished_rounds(monkeypatch):
     assert simulate(g, result.placement, cluster).makespan == pytest.approx(result.makespan, rel=1e-9)
 
 
-@pytest.mark.parametrize("signum, status", [(2, 130), (15, 143)])
-def test_the_place_command_writes_its_best_placement_when_stopped(tmp_path, signum, status):
+@pytest.mark.parametrize("signum, status, method", [(2, 130, "fine-tuned"), (15, 143, "fine-tuned"),
+                                                    (2, 130, "steered"), (15, 143, "steered")])
+def test_the_place_command_writes_its_best_placement_when_stopped(tmp_path, signum, status, method):
     import signal
 
     from placement_env.graph.placement_io import read_placement
@@ -345,8 +346,9 @@ def test_the_place_command_writes_its_best_placement_when_stopped(tmp_path, sign
     out = tmp_path / "placement.json"
     # SIGINT as a terminal gives it: a test process of pytest-xdist (or a background shell job) starts its children
     # with SIGINT ignored, and Python leaves an ignored SIGINT ignored
+    chosen = ["--method", "fine-tuned"] if method == "fine-tuned" else []  # steered: the default
     process = subprocess.Popen([sys.executable, "-m", "agents.place", "--graph", "cifar10/0", "--devices", "3",
-                                "--budget-seconds", "120", "--out", str(out)], stdout=subprocess.PIPE,
+                                "--budget-seconds", "120", "--out", str(out), *chosen], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     first = process.stdout.readline()  # an event, not a fixed wait: the command says when its search began
@@ -357,7 +359,7 @@ def test_the_place_command_writes_its_best_placement_when_stopped(tmp_path, sign
     assert "the best placement found so far is in" in stderr and len(stderr.strip().splitlines()) == 1
     g = load_graph("cifar10/0")
     placement = read_placement(out, g)
-    learned = next(line for line in stdout.splitlines() if line.strip().startswith("learned (fine-tuned, interrupted"))
+    learned = next(line for line in stdout.splitlines() if line.strip().startswith(f"learned ({method}, interrupted"))
     assert float(learned.split("ms")[0].split()[-1]) == pytest.approx(
         simulate(g, placement, Cluster.preset("p100", 3)).makespan * 1e3, abs=1e-3)
 

@@ -179,10 +179,13 @@ def test_the_pretraining_writes_its_policy_and_resumes(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--contiguous"], "--contiguous is for --method steered"),
+    (["--method", "fine-tuned", "--contiguous"], "--contiguous is for --method steered"),
+    (["--policy", "p.zip", "--contiguous"], "--contiguous is for --method steered"),  # --policy: fine-tuned
     (["--method", "steered", "--zero-shot"], "--zero-shot is --method zero-shot; it cannot go with --method steered"),
     (["--method", "steered", "--steering-policy", "missing.json"], "--steering-policy: no such file"),
     (["--method", "steered", "--passes", "2"], "--passes is for the fine-tuned and zero-shot placers"),
+    (["--method", "steered", "--samples", "8"], "--samples is for the fine-tuned and zero-shot placers"),
+    (["--zero-shot", "--method", "steered"], "--zero-shot is --method zero-shot"),
     (["--method", "steered", "--budget-seconds", "nan"], "--budget-seconds"),
 ])
 def test_the_place_command_s_steered_errors_are_one_line(args, message, capsys):
@@ -337,3 +340,23 @@ def test_the_compiled_draws_are_the_features_softmaxes():
         scores[np.arange(64), current[units]] = -np.inf
         drawn = proposals.targets(current, units, np.random.default_rng(seed + 100))
         assert drawn.tolist() == np.argmax(scores, axis=1).tolist()
+
+
+def test_an_interrupted_steered_search_returns_the_best_placement_it_had_found(monkeypatch):
+    from agents.steering.placer import steered_search
+
+    graph, cluster = layered_dag(5, num_ops=80), Cluster.preset("p100", 3)
+    real, calls, began = SteeredProposals.__call__, [0], []
+
+    def stopped_at_step_four(self, current, batch, rng):
+        calls[0] += 1
+        if calls[0] == 4:
+            raise KeyboardInterrupt
+        return real(self, current, batch, rng)
+
+    monkeypatch.setattr(SteeredProposals, "__call__", stopped_at_step_four)
+    result = steered_search(graph, cluster, 30.0, SteeringPolicy(unit=(1.0, 0.0, 1.0, 0.0, 0.0)),
+                            on_search=lambda: began.append(True))
+    assert result.interrupted and not result.terminated and began == [True] and result.method == "steered"
+    assert simulate(graph, result.placement, cluster).makespan == pytest.approx(result.makespan, rel=1e-12)
+    assert result.seconds < 30.0  # it stopped: three steps of the first search, not 30 s

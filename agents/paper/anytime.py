@@ -137,7 +137,7 @@ def anytime_report(tables: dict[float, Table], budgets: list[float], methods: li
     for m in budgeted:
         lines.append(f"| {m} | " + " | ".join(f"{seconds_used(tables, m, b):.2f}" for b in budgets) + " |")
     first = tables[budgets[0]]
-    lines += ["", "| method (no budget) | gap | mean seconds |", "|---|---|---|"]
+    lines += ["", "| method (no budget) | gap | mean seconds |", "|---|---|---|"] if others else []
     for m in others:
         seconds = np.mean([row[m]["seconds"] for row in first.values()])
         lines.append(f"| {m} | {_stats(gaps(tables, m, budgets[0], best))} | {seconds:.3f} |")
