@@ -359,4 +359,4 @@ def test_an_interrupted_steered_search_returns_the_best_placement_it_had_found(m
                             on_search=lambda: began.append(True))
     assert result.interrupted and not result.terminated and began == [True] and result.method == "steered"
     assert simulate(graph, result.placement, cluster).makespan == pytest.approx(result.makespan, rel=1e-12)
-    assert result.seconds < 30.0  # it stopped: three steps of the first search, not 30 s
+    assert calls[0] == 4  # it stopped there: no later step of this search, no other search

@@ -15,15 +15,24 @@ from numba import njit
 
 
 @njit(cache=True)
+def device_loads(current: np.ndarray, cost: np.ndarray, memory: np.ndarray,
+                 speed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """Per device, the compute seconds and the bytes of the units ``current`` places there."""
+    m = speed.shape[0]
+    load, used = np.zeros(m), np.zeros(m)
+    for u in range(current.shape[0]):
+        load[current[u]] += cost[u] / speed[current[u]]
+        used[current[u]] += memory[u]
+    return load, used
+
+
+@njit(cache=True)
 def unit_logits(current: np.ndarray, cost: np.ndarray, memory: np.ndarray, target: np.ndarray,
                 weight: np.ndarray, offsets: np.ndarray, speed: np.ndarray, capacity: np.ndarray,
                 unit_weights: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     """``unit_features(current) @ unit_weights`` (:mod:`agents.steering.features`), per unit."""
-    nu, m = current.shape[0], speed.shape[0]
-    load, used = np.zeros(m), np.zeros(m)
-    for u in range(nu):
-        load[current[u]] += cost[u] / speed[current[u]]
-        used[current[u]] += memory[u]
+    nu = current.shape[0]
+    load, used = device_loads(current, cost, memory, speed)
     busiest = max(load.max(), 1e-300)
     logits = np.empty(nu)
     for u in range(nu):
@@ -47,11 +56,8 @@ def device_choices(current: np.ndarray, units: np.ndarray, gumbel: np.ndarray, c
                    device_weights: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     """For each of ``units``, ``argmax_d (device_features @ device_weights + gumbel[r, d])`` over the devices
     other than its own (:mod:`agents.steering.features`): a draw from the device softmax."""
-    nu, m = current.shape[0], speed.shape[0]
-    load, used = np.zeros(m), np.zeros(m)
-    for u in range(nu):
-        load[current[u]] += cost[u] / speed[current[u]]
-        used[current[u]] += memory[u]
+    m = speed.shape[0]
+    load, used = device_loads(current, cost, memory, speed)
     busiest, fastest = max(load.max(), 1e-300), speed.max()
     chosen = np.empty(units.shape[0], np.int64)
     there = np.zeros(m)
