@@ -118,6 +118,9 @@ def test_a_budgeted_method_against_annealing_at_the_same_budget_by_hand():
 def test_cells_are_grouped_as_the_bar_of_the_steered_search_reads_them():
     from agents.paper.benchmark_cells import cell_groups, pipelined_cells
 
-    cells = [Cell("ptb/100", 3), large_cells()[0], pipelined_cells()[0]]
-    assert cell_groups(cells) == {"held-out": ["ptb-100_3gpu"], "large": [large_cells()[0].key],
-                                  "pipelined": [pipelined_cells()[0].key], "all": [c.key for c in cells]}
+    cells = [Cell("ptb/100", 3), Cell("resnet50", 8), Cell("my.json", 2), large_cells()[0], pipelined_cells()[0]]
+    assert cell_groups(cells) == {"ptb": ["ptb-100_3gpu"], "real models": ["resnet50_8gpu"],
+                                  "held-out": ["ptb-100_3gpu", "resnet50_8gpu", "my_2gpu"],
+                                  "large": [large_cells()[0].key], "pipelined": [pipelined_cells()[0].key],
+                                  "large and pipelined": [large_cells()[0].key, pipelined_cells()[0].key],
+                                  "all": [c.key for c in cells]}

@@ -83,13 +83,19 @@ def pipelined_cells() -> list[Cell]:
 
 
 def cell_groups(cells: list[Cell]) -> dict[str, list[str]]:
-    """The keys of ``cells`` by group: ``held-out`` (the suites' seeds and the real models, or any cell given by
-    the user), ``large`` (:func:`large_cells`), ``pipelined`` (contiguous cells), then ``all``; empty groups left
-    out."""
+    """The keys of ``cells`` by group: each suite's (``ptb``, ``cifar10``, ``nmt``) and the ``real models``, then
+    ``held-out`` (those, and any cell given by the user), ``large`` (:func:`large_cells`), ``pipelined``
+    (contiguous cells), ``large and pipelined`` (when both are), then ``all``; empty groups left out."""
     large = {cell.key for cell in large_cells()}
-    groups: dict[str, list[str]] = {"held-out": [], "large": [], "pipelined": []}
+    groups: dict[str, list[str]] = {name: [] for name in (*SUITES, "real models", "held-out", "large", "pipelined")}
     for cell in cells:
-        groups["pipelined" if cell.contiguous else "large" if cell.key in large else "held-out"].append(cell.key)
+        group = "pipelined" if cell.contiguous else "large" if cell.key in large else "held-out"
+        groups[group].append(cell.key)
+        suite = cell.graph.split("/")[0]
+        if group == "held-out" and (suite in SUITES or cell.graph in REAL):
+            groups[suite if suite in SUITES else "real models"].append(cell.key)
+    groups["large and pipelined"] = groups["large"] + groups["pipelined"] if groups["large"] and groups["pipelined"] \
+        else []
     return {name: keys for name, keys in groups.items() if keys} | {"all": [cell.key for cell in cells]}
 
 
