@@ -355,7 +355,7 @@ def test_an_interrupted_steered_search_returns_the_best_placement_it_had_found(m
         return real(self, current, batch, rng)
 
     monkeypatch.setattr(SteeredProposals, "__call__", stopped_at_step_four)
-    result = steered_search(graph, cluster, 30.0, SteeringPolicy(unit=(1.0, 0.0, 1.0, 0.0, 0.0)),
+    result = steered_search(graph, cluster, 3600.0, SteeringPolicy(unit=(1.0, 0.0, 1.0, 0.0, 0.0)),
                             on_search=lambda: began.append(True))
     assert result.interrupted and not result.terminated and began == [True] and result.method == "steered"
     assert simulate(graph, result.placement, cluster).makespan == pytest.approx(result.makespan, rel=1e-12)
