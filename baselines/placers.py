@@ -24,6 +24,7 @@ from baselines.starts import ranked_starts
 from placement_env.checks import checked_instance
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
+from placement_env.parallelism import Parallelism
 from placement_env.sim.pipeline import PLAIN_STEP, Step
 
 HEURISTICS: dict[str, Placer] = {  # the constructive placers as they are, before the simulator's word on memory
@@ -110,15 +111,17 @@ def list_placers() -> list[str]:
 
 
 def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed: int = 0, *,
-          step: Step = PLAIN_STEP, contiguous: bool = False) -> np.ndarray:
+          step: Step | Parallelism = PLAIN_STEP, contiguous: bool = False) -> np.ndarray:
     """Place ``graph`` on ``cluster`` with the placer called ``placer`` (see :data:`PLACERS`); a device per node.
-    ``step``: the step placements are judged by (``Step(8, "1f1b")``: 8 micro-batches pipelined under 1F1B), by
-    the searches, ``split``, ``single`` and the memory repair; the heuristics place by their own model.
-    ``contiguous``: pipeline stages in program order, as pipeline runtimes need (:mod:`baselines.stages`;
-    :data:`CONTIGUOUS_PLACERS`); on a module-granular graph no module is split (as by every placer).
+    ``step``: the step placements are judged by (``Step(8, "1f1b")``: 8 micro-batches pipelined under 1F1B, or the
+    micro-batches and schedule of a :class:`~placement_env.parallelism.Parallelism`), by the searches, ``split``,
+    ``single`` and the memory repair; the heuristics place by their own model. ``contiguous``: pipeline stages in
+    program order, as pipeline runtimes need (:mod:`baselines.stages`; :data:`CONTIGUOUS_PLACERS`); on a
+    module-granular graph no module is split (as by every placer).
 
-    Raises ``ValueError`` for an unknown placer, ``TypeError`` for a ``step`` that is not a :class:`Step`, and
-    :class:`~baselines.memory.PlacementInfeasibleError` when the placer finds nothing within memory. The order
+    Raises ``ValueError`` for an unknown placer, ``TypeError`` for a ``step`` that is neither a :class:`Step` nor a
+    ``Parallelism``, and :class:`~baselines.memory.PlacementInfeasibleError` when the placer finds nothing within
+    memory. The order
     before 0.2.0, ``place(name, graph, cluster)``, still works, with a ``DeprecationWarning``."""
     if isinstance(graph, str) and not isinstance(placer, str):  # place(graph, cluster, "heft"): the former order
         warnings.warn("baselines.place(name, graph, cluster) is deprecated; use place(graph, cluster, name)",
@@ -127,8 +130,5 @@ def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed:
     if placer not in PLACERS:
         raise ValueError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
     checked_instance("graph", graph, ComputationGraph)
-    if not isinstance(step, Step):
-        raise TypeError(f"step must be a Step (Step(8, \"1f1b\") for 8 micro-batches), got {type(step).__name__} "
-                        f"{step!r}")
     placers = CONTIGUOUS_PLACERS if contiguous else PLACERS
-    return placers[placer](graph, cluster, seed, step=step.checked(graph))
+    return placers[placer](graph, cluster, seed, step=Step.of(step).checked(graph))

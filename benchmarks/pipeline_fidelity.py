@@ -10,7 +10,7 @@ colocate_modules=depth)`` on one thread (each op's cost the fastest of ``--round
 module of depth ``depth`` is a placement unit and every contiguous placement is a pipeline. The cluster is
 ``local_cluster(2)`` (measured: speed 1.0, the gloo link while the workers compute). For m in {4, 8} and each
 schedule (GPipe, 1F1B), four placers give a contiguous placement (``deepspeed-uniform``,
-``deepspeed-parameters``, ``split``, ``anneal`` with 2 s), each made a plan (``pipeline_plan``, parameters counted
+``deepspeed-parameters``, ``split``, ``anneal`` with 2 s), each made a plan (``plan_from_placement``, parameters counted
 twice: weights and gradients, no optimizer state) and run by ``run_pipeline`` (``--steps`` steps, no update; the
 step is the median of the steps after the first). Plans that agree are run once. Rounds interleave the plans;
 each plan's measured step is the fastest of its rounds' medians, and its spread across rounds is reported beside
@@ -47,7 +47,7 @@ from placed_module_speed import ResidualCNN
 
 from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS, search_placers
 from placement_env import from_torch
-from placement_env.plan.pipeline_plan import pipeline_plan
+from placement_env.plan.pipeline_plan import plan_from_placement
 from placement_env.runtime.local_cluster import local_cluster
 from placement_env.runtime.pipeline_calibration import calibrate_model, calibrate_pipeline
 from placement_env.runtime.pipeline_runner import run_pipeline
@@ -145,7 +145,7 @@ def main() -> None:
                     plans[key]["placers"].append(placer)
                     continue
                 try:
-                    plan = pipeline_plan(graph, placement, cluster, microbatches=m, schedule=schedule,
+                    plan = plan_from_placement(graph, placement, cluster, microbatches=m, schedule=schedule,
                                          param_factor=2.0)
                 except ValueError as error:  # a placement no runtime can run as a pipeline: reported
                     print(f"{name:6s} m={m} {schedule:5s} {placer}: no plan: {error}", flush=True)
@@ -155,7 +155,7 @@ def main() -> None:
                 plans[key] = {"placers": [placer], "plan": plan, "rounds": [], "peaks": []}
                 if overheads is not None:
                     g, c = overheads.applied(graph, cluster, placement)
-                    plans[key]["calibrated"] = pipeline_plan(g, placement, c, microbatches=m, schedule=schedule,
+                    plans[key]["calibrated"] = plan_from_placement(g, placement, c, microbatches=m, schedule=schedule,
                                                              param_factor=2.0).simulated_step_seconds
         for _ in range(args.rounds):
             run_round(list(plans.values()), model, inputs, kwargs, args.steps)

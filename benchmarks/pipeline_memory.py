@@ -31,7 +31,7 @@ from pipeline_fidelity import models
 
 from placement_env import from_torch, simulate
 from placement_env.cluster import Cluster
-from placement_env.plan.pipeline_plan import pipeline_plan
+from placement_env.plan.pipeline_plan import plan_from_placement
 from placement_env.runtime.live_bytes import LiveBytes
 from placement_env.runtime.local_cluster import local_cluster
 from placement_env.runtime.pipeline_runner import run_pipeline
@@ -81,7 +81,7 @@ def main() -> None:
         parameters = float(graph.param_bytes.sum())
         for m in (1, 2, 4, 8):
             for schedule in ("gpipe", "1f1b"):
-                plan = pipeline_plan(graph, np.zeros(graph.num_nodes, np.int64), cluster, microbatches=m,
+                plan = plan_from_placement(graph, np.zeros(graph.num_nodes, np.int64), cluster, microbatches=m,
                                      schedule=schedule, param_factor=2.0)
                 peak = float(run_pipeline(model, inputs, plan, steps=2, example_kwargs=kwargs).peak_memory[0])
                 simulated = plan.stages[0].simulated_peak_memory

@@ -33,7 +33,7 @@ from pipeline_fidelity import measured_local_cluster, models
 
 from baselines.placers import CONTIGUOUS_RUNTIME_DEFAULTS
 from placement_env import from_torch
-from placement_env.plan.pipeline_plan import pipeline_plan
+from placement_env.plan.pipeline_plan import plan_from_placement
 from placement_env.runtime.pipeline_calibration import eager_seconds
 from placement_env.runtime.pipeline_runner import run_pipeline
 from placement_env.sim.pipeline import Step
@@ -57,13 +57,13 @@ def main() -> None:
                                           name=name, colocate_modules=depth) for _ in range(args.rounds)])
         cells: dict[tuple[int, str], dict[str, Any]] = {}
         for m in MICROBATCHES:
-            cells[(m, "one")] = {"plan": pipeline_plan(graph, np.zeros(graph.num_nodes, dtype=np.int64), cluster,
+            cells[(m, "one")] = {"plan": plan_from_placement(graph, np.zeros(graph.num_nodes, dtype=np.int64), cluster,
                                                        microbatches=m, schedule="gpipe", param_factor=2.0),
                                  "rounds": []}
             cells[(m, "eager")] = {"rounds": []}
             for schedule in ("gpipe", "1f1b") if m >= 2 else ("gpipe",):
                 placement = placer(graph, cluster, 0, step=Step(m, schedule))
-                cells[(m, schedule)] = {"plan": pipeline_plan(graph, placement, cluster, microbatches=m,
+                cells[(m, schedule)] = {"plan": plan_from_placement(graph, placement, cluster, microbatches=m,
                                                               schedule=schedule, param_factor=2.0), "rounds": []}
         for _ in range(args.rounds):
             for (m, kind), cell in cells.items():

@@ -7,7 +7,7 @@ The model is GPT-2's structure from ``transformers`` with ``--layers`` blocks (h
 batch 8, imported once with ``from_huggingface`` and cached in ``--cache``), planned for a batch of 512 on 8
 nodes of 8 A100s. It prints the median seconds of: ``simulate_plan`` (chunk costs from the graph, then the
 step), ``simulate_layout`` alone (the step from the chunks' costs, what the planner calls), the plain Python
-reference of the same step, and ``plan_pipeline`` with every decision open.
+reference of the same step, and ``search_plan`` with every decision open.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from machine import machine_line
 
 from placement_env import Cluster, from_huggingface, load_graph, write_graph
 from placement_env.plan.plan_step import plan_chunks, plan_layout, simulate_layout, simulate_plan
-from placement_env.plan.planner import hand_plan, plan_pipeline
+from placement_env.plan.planner import hand_plan, search_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,8 +64,8 @@ def main() -> int:
         print(f"{stages} stages x {replicas} replicas, m={m}, {schedule} (v={plan.virtual_stages}): simulate_plan "
               f"{whole * 1e3:.1f} ms, of which the step {step * 1e3:.1f} ms (reference {reference * 1e3:.1f} ms)")
     began = time.perf_counter()
-    planned = plan_pipeline(graph, cluster, batch=512)
-    print(f"plan_pipeline, every decision open: {time.perf_counter() - began:.1f} s ({planned.configurations} "
+    planned = search_plan(graph, cluster, batch=512)
+    print(f"search_plan, every decision open: {time.perf_counter() - began:.1f} s ({planned.configurations} "
           f"configurations, {planned.simulated} simulated): {planned.plan.num_stages} stages x "
           f"{planned.plan.replicas} replicas, m={planned.plan.microbatches}, {planned.plan.schedule}, "
           f"{planned.step.seconds * 1e3:.1f} ms")

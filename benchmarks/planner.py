@@ -5,7 +5,7 @@ nodes (issue 53's tables).
 
 For each model and cluster (N devices):
 
-* ``planner``: :func:`~placement_env.plan.planner.plan_pipeline` with every decision open, and its seconds;
+* ``planner``: :func:`~placement_env.plan.planner.search_plan` with every decision open, and its seconds;
 * ``hand grid``: the best of every S x D = N with Megatron-LM's uniform split, 1F1B and m in S x {1, 2, 4, 8},
   a replica's stages on neighbouring devices or a stage's replicas (all of it simulated), recomputation where
   memory needs it;
@@ -28,7 +28,7 @@ from pathlib import Path
 from machine import machine_line
 
 from placement_env import Cluster, load_graph
-from placement_env.plan.planner import LAYOUTS, PlannedPipeline, hand_plan, plan_pipeline
+from placement_env.plan.planner import LAYOUTS, SearchedPlan, hand_plan, search_plan
 from placement_env.zoo.registry import TRANSFORMERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,11 +42,11 @@ def clusters() -> list[Cluster]:
         Cluster.of_nodes([("a100-nvlink", 8)] * 2 + [("v100-nvlink", 8)] * 2)]
 
 
-def best_of(plans: list[PlannedPipeline]) -> PlannedPipeline | None:
+def best_of(plans: list[SearchedPlan]) -> SearchedPlan | None:
     return min(plans, key=lambda p: p.step.seconds, default=None)
 
 
-def grid(graph, cluster: Cluster, batch: int, split) -> PlannedPipeline | None:
+def grid(graph, cluster: Cluster, batch: int, split) -> SearchedPlan | None:
     """The best plan of every S x D = N and m in S x FACTORS with ``split(S)`` (a split name or layer counts)."""
     n = cluster.num_devices
     found = []
@@ -61,7 +61,7 @@ def grid(graph, cluster: Cluster, batch: int, split) -> PlannedPipeline | None:
     return best_of(found)
 
 
-def describe(planned: PlannedPipeline | None) -> str:
+def describe(planned: SearchedPlan | None) -> str:
     if planned is None:
         return "none fits"
     p = planned.plan
@@ -85,7 +85,7 @@ def main() -> int:
         graph = load_graph(name)
         for cluster in clusters():
             began = time.perf_counter()
-            planned = plan_pipeline(graph, cluster, batch=args.batch)
+            planned = search_plan(graph, cluster, batch=args.batch)
             seconds = time.perf_counter() - began
             hand = grid(graph, cluster, args.batch, lambda s: "uniform")
             ds_uniform = grid(graph, cluster, args.batch, lambda s: "deepspeed-uniform")

@@ -40,8 +40,8 @@ from placement_env.cli import (
 from placement_env.graph.placement_io import read_placement
 from placement_env.json_files import write_json_file, write_text_atomically
 from placement_env.plan.exports import deepspeed_partition, device_mesh, megatron_arguments
-from placement_env.plan.pipeline_plan import PipelinePlan, pipeline_plan
-from placement_env.plan.planner import LAYOUTS, SPLITS, plan_pipeline
+from placement_env.plan.pipeline_plan import PipelinePlan, plan_from_placement
+from placement_env.plan.planner import LAYOUTS, SPLITS, search_plan
 from placement_env.plan.schedules import PLAN_SCHEDULES
 from placement_env.runtime import to_device_map, to_split_points
 from placement_env.sim.chrome_trace import write_chrome_trace
@@ -157,7 +157,7 @@ def export(args: argparse.Namespace) -> int:
     elif args.format == "split-points":
         exported = to_split_points(graph, placement).to_dict()
     else:
-        exported = pipeline_plan(graph, placement, cluster, **step).to_dict()
+        exported = plan_from_placement(graph, placement, cluster, **step).to_dict()
     if args.out and args.out.endswith(".gz"):
         write_json_file(exported, args.out)  # gzipped, as the project's own readers take it
     elif args.out:
@@ -181,7 +181,7 @@ def _count(text: str) -> int:
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    """``plan``: :func:`~placement_env.plan.planner.plan_pipeline` with the decisions given fixed; a summary, and
+    """``plan``: :func:`~placement_env.plan.planner.search_plan` with the decisions given fixed; a summary, and
     the plan or an export of it in ``args.out``."""
     check_output_paths(args.out)
     graph, cluster = graph_and_cluster_from_args(args)
@@ -192,7 +192,7 @@ def plan_command(args: argparse.Namespace) -> int:
         except ValueError:
             raise ValueError(f"--split must be one of {', '.join(SPLITS)} or layers per chunk such as 5,4,4,4, got "
                              f"{args.split!r}") from None
-    planned = plan_pipeline(graph, cluster, stages=args.stages, replicas=args.replicas,
+    planned = search_plan(graph, cluster, stages=args.stages, replicas=args.replicas,
                             microbatches=args.microbatches, schedule=args.schedule,
                             virtual_stages=args.virtual_stages,
                             recompute=None if args.recompute is None else args.recompute == "on", split=split,

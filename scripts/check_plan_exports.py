@@ -20,7 +20,7 @@ import sys
 from placement_env import Cluster, load_graph
 from placement_env.plan.exports import deepspeed_partition, megatron_arguments
 from placement_env.plan.module_tree import block_layers
-from placement_env.plan.planner import plan_pipeline
+from placement_env.plan.planner import search_plan
 
 MODELS = ("gpt2", "bert-base", "llama-1b")
 
@@ -36,10 +36,10 @@ def main() -> int:
     for name in MODELS:
         graph = load_graph(name)
         blocks = set(block_layers(graph))
-        plans = [plan_pipeline(graph, cluster, batch=512).plan,
-                 plan_pipeline(graph, cluster, stages=4, replicas=4, microbatches=16, schedule="1f1b",
+        plans = [search_plan(graph, cluster, batch=512).plan,
+                 search_plan(graph, cluster, stages=4, replicas=4, microbatches=16, schedule="1f1b",
                                split="uniform", batch=512).plan,
-                 plan_pipeline(graph, cluster, stages=4, replicas=4, microbatches=16, schedule="interleaved-1f1b",
+                 search_plan(graph, cluster, stages=4, replicas=4, microbatches=16, schedule="interleaved-1f1b",
                                virtual_stages=2, split="time", batch=512).plan]
         for plan in plans:
             layout = megatron_arguments(plan, graph)["arguments"]["--pipeline-model-parallel-layout"]

@@ -270,5 +270,6 @@ def test_metis_prints_nothing_on_more_devices_than_it_can_fill(capfd):
 
 
 def test_a_step_that_is_not_a_step_is_one_type_error():
-    with pytest.raises(TypeError, match=r"step must be a Step \(Step\(8, \"1f1b\"\) for 8 micro-batches\), got int 2"):
+    with pytest.raises(TypeError, match=r"step must be a Step \(Step\(8, \"1f1b\"\) for 8 micro-batches\) or a "
+                                         r"Parallelism, got int 2"):
         place(load_graph("default"), Cluster.preset("p100", 3), "heft", step=2)

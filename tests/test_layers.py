@@ -4,8 +4,9 @@ The layers, bottom to top (the data path: graph -> simulator -> placers -> envir
 policies -> training -> the command line):
 
 0. ``placement_env.checks``, ``placement_env.json_files``, ``placement_env.lazy_names``,
-   ``placement_env.child_processes``: validators, files, names imported on first use, processes that end with
-   their driver;
+   ``placement_env.child_processes``, ``placement_env.parallelism``, ``placement_env.deprecation``: validators,
+   files, names imported on first use, processes that end with their driver, the description of a parallel step
+   and the schedules' table, old names kept for a release;
 1. ``placement_env.cluster``;
 2. ``placement_env.graph``;
 3. ``placement_env.sim``;
@@ -45,7 +46,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("placement_env", "baselines", "graph_encoders", "agents")
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("placement_env.checks", "placement_env.json_files", "placement_env.lazy_names", "placement_env.child_processes"),
+    ("placement_env.checks", "placement_env.json_files", "placement_env.lazy_names", "placement_env.child_processes",
+     "placement_env.parallelism", "placement_env.deprecation"),
     ("placement_env.cluster",),
     ("placement_env.graph",),
     ("placement_env.sim",),

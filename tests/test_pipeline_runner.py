@@ -19,7 +19,7 @@ import transformers
 from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS
 from placement_env import Cluster, from_torch, write_graph
 from placement_env.graph.placement_io import write_placement
-from placement_env.plan.pipeline_plan import PipelinePlan, pipeline_plan
+from placement_env.plan.pipeline_plan import PipelinePlan, plan_from_placement
 from placement_env.runtime.pipeline_runner import run_pipeline
 from placement_env.sim.pipeline import Step
 
@@ -88,7 +88,7 @@ def assert_an_sgd_step_matches_the_model(model, ids, plan):
 def test_a_tied_gpt2_pipeline_ends_an_sgd_step_with_the_model_s_parameters(gpt2_and_graph, devices):
     model, ids, graph = gpt2_and_graph
     cluster = Cluster.preset("a100-nvlink", devices, per_node=2)
-    plan = pipeline_plan(graph, blocks(graph, devices), cluster, microbatches=MICROBATCHES)
+    plan = plan_from_placement(graph, blocks(graph, devices), cluster, microbatches=MICROBATCHES)
     assert plan.num_stages == devices and not plan.stages_without_parameters
     assert [g.parameter for g in plan.tied] == ["transformer.wte.weight"]
     assert plan.tied[0].stages == [0, devices - 1]
@@ -113,7 +113,7 @@ def test_a_bert_pipeline_whose_stages_send_strided_tensors_ends_an_sgd_step_with
     graph = from_torch(model, (), example_kwargs={"input_ids": ids}, colocate_modules=4)
     cluster = Cluster.preset("a100-nvlink", 2)
     placement = CONTIGUOUS_RUNTIME_DEFAULTS["deepspeed-uniform"](graph, cluster, 0, step=Step(MICROBATCHES))
-    plan = pipeline_plan(graph, placement, cluster, microbatches=MICROBATCHES)
+    plan = plan_from_placement(graph, placement, cluster, microbatches=MICROBATCHES)
     assert plan.num_stages == 2 and [g.parameter for g in plan.tied] == ["bert.embeddings.word_embeddings.weight"]
     assert_an_sgd_step_matches_the_model(model, ids, plan)
 
@@ -122,7 +122,7 @@ def test_a_plan_round_trips_through_json_and_states_what_it_leaves_out(gpt2_and_
     _, _, graph = gpt2_and_graph
     cluster = Cluster.preset("a100-nvlink", 8)
     placement = CONTIGUOUS_PLACERS["split"](graph, cluster, 0)
-    plan = pipeline_plan(graph, placement, cluster, microbatches=MICROBATCHES, schedule="gpipe")
+    plan = plan_from_placement(graph, placement, cluster, microbatches=MICROBATCHES, schedule="gpipe")
     plan.to_json(tmp_path / "plan.json")
     assert PipelinePlan.from_json(tmp_path / "plan.json") == plan
     assert plan.microbatches == MICROBATCHES and plan.schedule == "gpipe" and plan.batch == BATCH
@@ -163,12 +163,12 @@ def test_a_stage_without_parameters_is_stated_in_the_plan_and_no_placer_makes_on
             return 1
         return 2 if after_drop else 0
 
-    plan = pipeline_plan(graph, by_units(graph, device), cluster)
+    plan = plan_from_placement(graph, by_units(graph, device), cluster)
     assert plan.stages_without_parameters == [1]
     assert any(note.startswith("stage 1 (device 1) holds no parameters") for note in plan.notes)
     for name in ("split", "m-topo", "heft", "round-robin", "metis"):
         placement = CONTIGUOUS_PLACERS[name](graph, Cluster.preset("a100-nvlink", 16), 0)
-        assert not pipeline_plan(graph, placement, Cluster.preset("a100-nvlink", 16)).stages_without_parameters
+        assert not plan_from_placement(graph, placement, Cluster.preset("a100-nvlink", 16)).stages_without_parameters
 
 
 def test_bad_plans_and_runs_are_one_error_each(gpt2_and_graph, tmp_path):
@@ -176,10 +176,10 @@ def test_bad_plans_and_runs_are_one_error_each(gpt2_and_graph, tmp_path):
     cluster = Cluster.preset("a100-nvlink", 2)
     placement = blocks(graph, 2)
     with pytest.raises(ValueError, match="is placed on device 1, cluster '1xa100-nvlink' has 1 devices"):
-        pipeline_plan(graph, placement, Cluster.preset("a100-nvlink", 1))
+        plan_from_placement(graph, placement, Cluster.preset("a100-nvlink", 1))
     with pytest.raises(ValueError, match="microbatches 3 does not divide the batch of 8"):
-        pipeline_plan(graph, placement, cluster, microbatches=3)
-    plan = pipeline_plan(graph, placement, cluster, microbatches=2)
+        plan_from_placement(graph, placement, cluster, microbatches=3)
+    plan = plan_from_placement(graph, placement, cluster, microbatches=2)
     with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
         run_pipeline(model, (), plan, example_kwargs={"input_ids": ids}, steps=0)
     other = torch.nn.Sequential(torch.nn.Linear(4, 4))
@@ -245,7 +245,7 @@ class RaisingGPT2(transformers.GPT2LMHeadModel):
 def test_a_model_that_raises_is_one_error_naming_its_stage(gpt2_and_graph):
     model, ids, graph = gpt2_and_graph
     cluster = Cluster.preset("a100-nvlink", 2)
-    plan = pipeline_plan(graph, blocks(graph, 2), cluster, microbatches=2)
+    plan = plan_from_placement(graph, blocks(graph, 2), cluster, microbatches=2)
     raising = RaisingGPT2(model.config)
     with pytest.raises(RuntimeError, match=r"^local worker [01] failed: .*this model refuses to run"):
         run_pipeline(raising, (), plan, example_kwargs={"input_ids": ids})
@@ -254,7 +254,7 @@ def test_a_model_that_raises_is_one_error_naming_its_stage(gpt2_and_graph):
 @pytest.mark.slow
 def test_under_torchrun_each_rank_runs_its_stage_and_gets_the_whole_result(gpt2_and_graph, tmp_path):
     model, ids, graph = gpt2_and_graph
-    plan = pipeline_plan(graph, blocks(graph, 2), Cluster.preset("a100-nvlink", 2), microbatches=MICROBATCHES)
+    plan = plan_from_placement(graph, blocks(graph, 2), Cluster.preset("a100-nvlink", 2), microbatches=MICROBATCHES)
     plan.to_json(tmp_path / "plan.json")
     from placement_env.runtime.local_workers import free_port
 
@@ -280,12 +280,12 @@ def test_a_plan_of_two_replicas_ends_an_sgd_step_with_the_model_s_parameters(gpt
     tied embedding summed within each replica."""
     layout = "stages-across-nodes"
     from placement_env.plan.exports import device_mesh
-    from placement_env.plan.planner import plan_pipeline
+    from placement_env.plan.planner import search_plan
     from placement_env.runtime.pipeline_runner import process_mesh
 
     model, ids, graph = gpt2_and_graph
     cluster = Cluster.preset("a100-nvlink", 4, per_node=2)
-    plan = plan_pipeline(graph, cluster, stages=2, replicas=2, microbatches=MICROBATCHES // 2, schedule="1f1b",
+    plan = search_plan(graph, cluster, stages=2, replicas=2, microbatches=MICROBATCHES // 2, schedule="1f1b",
                          split="uniform", layout=layout).plan
     assert (plan.num_stages, plan.replicas) == (2, 2) and [g.stages for g in plan.tied] == [[0, 1]]
     assert [list(row) for row in process_mesh(plan)] == device_mesh(plan)["mesh"] == [[0, 2], [1, 3]]
@@ -295,24 +295,24 @@ def test_a_plan_of_two_replicas_ends_an_sgd_step_with_the_model_s_parameters(gpt
 
 def test_plans_the_runner_cannot_run_are_one_error(gpt2_and_graph):
 
-    from placement_env.plan.planner import plan_pipeline
+    from placement_env.plan.planner import search_plan
 
     model, ids, graph = gpt2_and_graph
     cluster = Cluster.preset("a100-nvlink", 4, per_node=2)
-    interleaved = plan_pipeline(graph, cluster, stages=2, replicas=2, microbatches=2, schedule="interleaved-1f1b",
+    interleaved = search_plan(graph, cluster, stages=2, replicas=2, microbatches=2, schedule="interleaved-1f1b",
                                 virtual_stages=2).plan
     with pytest.raises(ValueError, match="the plan's schedule 'interleaved-1f1b' is not one the runner knows"):
         run_pipeline(model, (), interleaved, example_kwargs={"input_ids": ids})
-    recomputing = plan_pipeline(graph, cluster, stages=2, replicas=2, microbatches=2, schedule="1f1b",
+    recomputing = search_plan(graph, cluster, stages=2, replicas=2, microbatches=2, schedule="1f1b",
                                 recompute=True).plan
     with pytest.raises(ValueError, match="without recomputation; this plan has 1 virtual stages a rank and "
                                          "recomputes on 2 stages"):
         run_pipeline(model, (), recomputing, example_kwargs={"input_ids": ids})
-    short = plan_pipeline(graph, cluster, stages=2, replicas=2, microbatches=1, schedule="1f1b").plan
+    short = search_plan(graph, cluster, stages=2, replicas=2, microbatches=1, schedule="1f1b").plan
     with pytest.raises(ValueError, match="runs 1f1b with at least as many micro-batches as stages; this plan has 1 "
                                          "for 2 stages"):
         run_pipeline(model, (), short, example_kwargs={"input_ids": ids})
-    plan = plan_pipeline(graph, cluster, stages=2, replicas=2, microbatches=2, schedule="1f1b").plan
+    plan = search_plan(graph, cluster, stages=2, replicas=2, microbatches=2, schedule="1f1b").plan
     flipped = replace(plan, stages=[replace(plan.stages[0], replica_devices=[1, 3], device=1),
                                     replace(plan.stages[1], replica_devices=[0, 2], device=0)])
     with pytest.raises(ValueError, match=r"replica 0's stages are on devices \[1, 0\]: the runner needs them in "
@@ -351,7 +351,7 @@ def test_a_stage_that_begins_at_a_module_list_begins_at_its_first_block():
         return int(seen_blocks)
 
     placement = by_units(graph, device)
-    plan = pipeline_plan(graph, placement, Cluster.preset("p100", 2), microbatches=2, schedule="gpipe")
+    plan = plan_from_placement(graph, placement, Cluster.preset("p100", 2), microbatches=2, schedule="gpipe")
     assert plan.split_spec == ["blocks.0"]  # the plan names the first block (the list is entered twice)
 
     by_hand = replace(plan, stages=[plan.stages[0], replace(plan.stages[1], begins_at="blocks")])
@@ -379,7 +379,7 @@ def test_the_pipeline_overheads_are_applied_by_hand_and_the_latency_fit_reaches_
     measured = 0.02
     latency = message_latency(graph, placement, cluster, 5e-5, measured, 4)
     g, c = RuntimeOverheads(5e-5, latency).applied(graph, cluster)
-    assert pipeline_plan(g, placement, c, microbatches=4, schedule="gpipe").simulated_step_seconds == \
+    assert plan_from_placement(g, placement, c, microbatches=4, schedule="gpipe").simulated_step_seconds == \
         pytest.approx(measured, rel=1e-6)
     assert message_latency(graph, placement, cluster, 5e-5, 1e-6, 4) == 0.0  # already slower than that
 
@@ -409,5 +409,6 @@ def test_the_per_model_overheads_count_each_crossing_tensor_once_a_side_and_the_
     measured = 0.03
     seconds = tensor_cost(graph, placement, cluster, overheads, measured, 4, "1f1b")
     g, c = replace(overheads, tensor_seconds=seconds).applied(graph, cluster, placement)
-    assert seconds > 0 and pipeline_plan(g, placement, c, microbatches=4, schedule="1f1b").simulated_step_seconds \
-        == pytest.approx(measured, rel=1e-6)
+    step = Step(4, "1f1b")
+    assert seconds > 0 and plan_from_placement(g, placement, c, step).simulated_step_seconds == pytest.approx(
+        measured, rel=1e-6)

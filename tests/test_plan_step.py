@@ -10,7 +10,7 @@ import torch.nn as nn
 from placement_env import Cluster, from_torch, load_graph
 from placement_env.cluster import Device
 from placement_env.plan.layers import ChunkCosts, chunk_costs, placement_of_layers
-from placement_env.plan.pipeline_plan import PipelinePlan, pipeline_plan
+from placement_env.plan.pipeline_plan import PipelinePlan, plan_from_placement
 from placement_env.plan.plan_step import BUCKET_BYTES, PlanLayout, ring_seconds, simulate_layout, simulate_plan
 from placement_env.plan.schedules import rank_sequences
 
@@ -211,7 +211,7 @@ def test_a_plan_simulates_close_to_the_op_level_pipelined_step_and_round_trips(t
     from baselines.runtime_defaults import deepspeed_uniform
 
     g, c = load_graph("gpt2"), Cluster.preset("a100-nvlink", 4)
-    plan = pipeline_plan(g, deepspeed_uniform(g, c), c, microbatches=8, schedule="gpipe")
+    plan = plan_from_placement(g, deepspeed_uniform(g, c), c, microbatches=8, schedule="gpipe")
     step = simulate_plan(g, plan, c)
     # two models of one step (ops against whole chunks): within 10% on GPT-2 (5.1% measured)
     assert step.seconds == pytest.approx(plan.simulated_step_seconds, rel=0.1)

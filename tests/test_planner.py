@@ -11,7 +11,7 @@ from placement_env.plan.cut_kernel import bottleneck_cut_kernel
 from placement_env.plan.cuts import bottleneck_cut
 from placement_env.plan.pipeline_plan import PipelinePlan
 from placement_env.plan.plan_step import simulate_plan
-from placement_env.plan.planner import hand_plan, plan_pipeline
+from placement_env.plan.planner import hand_plan, search_plan
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -62,7 +62,7 @@ def gpt2():
 
 def test_fixed_decisions_are_the_plan_and_its_step_is_simulate_plan_s(gpt2, tmp_path):
     c = Cluster.preset("a100-nvlink", 8, per_node=4)
-    planned = plan_pipeline(gpt2, c, stages=2, replicas=4, microbatches=8, schedule="1f1b", split="uniform",
+    planned = search_plan(gpt2, c, stages=2, replicas=4, microbatches=8, schedule="1f1b", split="uniform",
                             layout="replicas-across-nodes", batch=64)
     plan = planned.plan
     assert (plan.num_stages, plan.replicas, plan.microbatches, plan.schedule, plan.batch) == (2, 4, 8, "1f1b", 64)
@@ -76,14 +76,14 @@ def test_fixed_decisions_are_the_plan_and_its_step_is_simulate_plan_s(gpt2, tmp_
     assert again == plan and simulate_plan(gpt2, again, c).seconds == planned.step.seconds
     # the embedding (first stage) and the head (last) share the tied weight: summed across the two ranks
     assert [group.stages for group in plan.tied] == [[0, 1]]
-    custom = plan_pipeline(gpt2, c, stages=2, replicas=4, microbatches=8, schedule="1f1b", split=[5, 12],
+    custom = search_plan(gpt2, c, stages=2, replicas=4, microbatches=8, schedule="1f1b", split=[5, 12],
                            batch=64)
     assert [len(stage.layers) for stage in custom.plan.stages] == [5, 12] and custom.split == "given"
 
 
 def test_the_planner_is_never_behind_the_hand_grid(gpt2):
     c = Cluster.preset("a100-nvlink", 8, per_node=4)
-    planned = plan_pipeline(gpt2, c, batch=64)
+    planned = search_plan(gpt2, c, batch=64)
     grid = []
     for s in (1, 2, 4, 8):
         for factor in (1, 2, 4, 8):
@@ -100,8 +100,8 @@ def test_heavy_first_and_last_layers_get_fewer_layers_than_uniform():
     # weigh as several blocks: the time-balanced split gives the end stages fewer layers
     g = load_graph("gpt2")
     c = Cluster.preset("a100-nvlink", 4)
-    timed = plan_pipeline(g, c, stages=4, replicas=1, microbatches=16, schedule="1f1b", split="time", batch=64)
-    uniform = plan_pipeline(g, c, stages=4, replicas=1, microbatches=16, schedule="1f1b", split="uniform",
+    timed = search_plan(g, c, stages=4, replicas=1, microbatches=16, schedule="1f1b", split="time", batch=64)
+    uniform = search_plan(g, c, stages=4, replicas=1, microbatches=16, schedule="1f1b", split="uniform",
                             batch=64)
     counts = [len(stage.layers) for stage in timed.plan.stages]
     assert counts != [len(stage.layers) for stage in uniform.plan.stages]
@@ -111,21 +111,21 @@ def test_heavy_first_and_last_layers_get_fewer_layers_than_uniform():
 def test_bad_choices_are_one_error_naming_them(gpt2):
     c = Cluster.preset("a100-nvlink", 8)
     with pytest.raises(ValueError, match="4 stages x 4 replicas = 16 devices; the cluster has 8"):
-        plan_pipeline(gpt2, c, stages=4, replicas=4)
+        search_plan(gpt2, c, stages=4, replicas=4)
     with pytest.raises(ValueError, match="unknown schedule 'pipedream'"):
-        plan_pipeline(gpt2, c, schedule="pipedream")
+        search_plan(gpt2, c, schedule="pipedream")
     with pytest.raises(ValueError, match="2 replicas x 3 micro-batches do not divide the graph's batch of 8"):
-        plan_pipeline(gpt2, c, replicas=2, microbatches=3)
+        search_plan(gpt2, c, replicas=2, microbatches=3)
     with pytest.raises(ValueError, match="8 stages x 4 virtual stages need as many chunks; the graph's 17 layers "
                                          "make at most 14"):
-        plan_pipeline(gpt2, c, stages=8, virtual_stages=4, schedule="interleaved-1f1b")
+        search_plan(gpt2, c, stages=8, virtual_stages=4, schedule="interleaved-1f1b")
     with pytest.raises(ValueError, match=r"a split gives each chunk 1 or more layers, 17 in all; got \[5, 5\]"):
-        plan_pipeline(gpt2, c, stages=2, split=[5, 5])
+        search_plan(gpt2, c, stages=2, split=[5, 5])
     with pytest.raises(ValueError, match="unknown layout 'diagonal'"):
-        plan_pipeline(gpt2, c, layout="diagonal")
+        search_plan(gpt2, c, layout="diagonal")
     with pytest.raises(ValueError, match=r"no plan of graph 'gpt2' \(17 layers\) fits the memory of 8 devices \(0.09 "
                                          r"GiB the smallest\)"):
-        plan_pipeline(gpt2, c.with_memory(1e8))
+        search_plan(gpt2, c.with_memory(1e8))
 
 
 def parse_megatron_layout(layout: str) -> list[list[str]]:
@@ -146,7 +146,7 @@ def test_the_exports_are_read_back_as_their_consumers_read_them(gpt2, schedule, 
     from placement_env.plan.module_tree import block_layers
 
     c = Cluster.preset("a100-nvlink", 8, per_node=4)
-    plan = plan_pipeline(gpt2, c, stages=4, replicas=2, microbatches=8, schedule=schedule, virtual_stages=virtual,
+    plan = search_plan(gpt2, c, stages=4, replicas=2, microbatches=8, schedule=schedule, virtual_stages=virtual,
                          batch=64).plan
     megatron = megatron_arguments(plan, gpt2)["arguments"]
     stages = parse_megatron_layout(megatron["--pipeline-model-parallel-layout"])
@@ -204,14 +204,14 @@ def test_the_deepspeed_splits_are_deepspeed_s_rules(gpt2, stages):
 
     c = Cluster.preset("a100-nvlink", stages)
     layers = layer_sequence(gpt2)
-    uniform = plan_pipeline(gpt2, c, stages=stages, replicas=1, microbatches=8, schedule="1f1b",
+    uniform = search_plan(gpt2, c, stages=stages, replicas=1, microbatches=8, schedule="1f1b",
                             split="deepspeed-uniform", batch=64).plan
     assert uniform.parts == partition_uniform(len(layers), stages)
     # a layer's parameters as DeepSpeed counts them, layer.parameters(): the tied embedding in each reader
     per_layer = layer_table(gpt2, layers).costs.parameter_bytes
     weight = dict(zip(layers, per_layer.tolist()))
     heaviest = lambda parts: max(sum(weight[x] for x in layers[a:b]) for a, b in zip(parts, parts[1:]))  # noqa: E731
-    balanced = plan_pipeline(gpt2, c, stages=stages, replicas=1, microbatches=8, schedule="1f1b",
+    balanced = search_plan(gpt2, c, stages=stages, replicas=1, microbatches=8, schedule="1f1b",
                              split="parameters", batch=64).plan
     assert heaviest(balanced.parts) == pytest.approx(heaviest(partition_balanced([weight[x] for x in layers], stages)),
                                                      rel=1e-4)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from placement_env.graph.model import ComputationGraph
+from placement_env.parallelism import data_pipeline_mesh
 
 from .module_tree import block_layers
 from .pipeline_plan import PipelinePlan
@@ -107,9 +108,8 @@ def deepspeed_partition(plan: PipelinePlan) -> dict[str, Any]:
 def device_mesh(plan: PipelinePlan) -> dict[str, Any]:
     """``{"mesh_dim_names": ["dp", "pp"], "mesh": [[rank of stage s in replica r for s] for r]}``: the argument
     of ``DeviceMesh(device_type, mesh, mesh_dim_names=...)``, its ranks the plan's devices."""
-    devices = plan.devices
     return {"mesh_dim_names": ["dp", "pp"],
-            "mesh": [[devices[s][r] for s in range(plan.num_stages)] for r in range(plan.replicas)]}
+            "mesh": [list(row) for row in data_pipeline_mesh(plan.devices)]}
 
 
 __all__ = ["deepspeed_partition", "device_mesh", "megatron_arguments", "megatron_layout"]

@@ -1,4 +1,4 @@
-"""A pipeline a runtime launches: :class:`PipelinePlan`, made by :func:`pipeline_plan`, read and written as JSON.
+"""A pipeline a runtime launches: :class:`PipelinePlan`, made by :func:`plan_from_placement`, read and written as JSON.
 
 A contiguous placement of a graph with module names (its stages in program order, no module split:
 :func:`~placement_env.plan.split_points.to_split_points`) becomes a plan with everything a pipeline runtime needs
@@ -35,10 +35,12 @@ import numpy as np
 
 from placement_env.checks import checked_instance, is_number
 from placement_env.cluster import Cluster
+from placement_env.deprecation import deprecated_function
 from placement_env.graph.io import graph_digest
 from placement_env.graph.model import ComputationGraph
 from placement_env.json_files import read_json_file, write_json_file
-from placement_env.sim.pipeline import checked_microbatches, checked_schedule
+from placement_env.parallelism import Parallelism
+from placement_env.sim.pipeline import Step, one_step
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, simulate
 
 from .module_tree import checked_device_placement
@@ -292,16 +294,18 @@ class _Fields:
         return values
 
 
-def pipeline_plan(graph: ComputationGraph, placement: Sequence[int] | np.ndarray, cluster: Cluster, *,
-                  microbatches: int = 1, schedule: str = "1f1b",
-                  param_factor: float = DEFAULT_PARAM_FACTOR) -> PipelinePlan:
+def plan_from_placement(graph: ComputationGraph, placement: Sequence[int] | np.ndarray, cluster: Cluster,
+                        step: Step | Parallelism | None = None, *, microbatches: int | None = None,
+                        schedule: str | None = None, param_factor: float = DEFAULT_PARAM_FACTOR) -> PipelinePlan:
     """The plan of a contiguous placement of ``graph`` on ``cluster`` (see the module docstring).
 
     Args:
         graph: a graph with module names (``from_torch``, ``from_huggingface``, the zoo's transformers).
         placement: a device per op, contiguous and splitting no module.
         cluster: the devices it places on.
-        microbatches, schedule: the pipelined step (``microbatches`` must divide the graph's batch).
+        step: the pipelined step, the same object the placer judged the placement by (``Step(8, "1f1b")`` or a
+            :class:`~placement_env.parallelism.Parallelism`; its micro-batches must divide the graph's batch).
+            ``microbatches`` and ``schedule`` say the same one field at a time (not both ways at once).
         param_factor: static bytes per parameter byte of the simulated peak memory.
 
     Returns:
@@ -310,7 +314,7 @@ def pipeline_plan(graph: ComputationGraph, placement: Sequence[int] | np.ndarray
     Raises:
         ValueError: a placement of the wrong length or naming a device the cluster lacks (the op is named); one
             that is not contiguous or splits a module (:func:`~placement_env.plan.split_points.to_split_points`);
-            a bad micro-batch count or schedule.
+            a bad micro-batch count or schedule, or the step given twice.
     """
     checked_instance("cluster", cluster, Cluster)
     p = checked_device_placement(graph, placement)
@@ -318,8 +322,7 @@ def pipeline_plan(graph: ComputationGraph, placement: Sequence[int] | np.ndarray
         bad = int(np.argmax(p >= cluster.num_devices))
         raise ValueError(f"op {graph.nodes[bad].id!r} is placed on device {int(p[bad])}, cluster {cluster.name!r} "
                          f"has {cluster.num_devices} devices (0 to {cluster.num_devices - 1})")
-    m = checked_microbatches(microbatches, graph)
-    schedule = checked_schedule(schedule)
+    m, schedule = one_step(step, microbatches, schedule).checked(graph)
     points = to_split_points(graph, p)
     result = simulate(graph, p, cluster, param_factor=param_factor, microbatches=m, schedule=schedule)
     rank_of = {device: rank for rank, device in enumerate(points.devices)}
@@ -376,4 +379,6 @@ def _parameter_readers(graph: ComputationGraph, p: np.ndarray, rank_of: dict[int
     return readers
 
 
-__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "PipelinePlan", "PlanStage", "TiedGroup", "pipeline_plan"]
+pipeline_plan = deprecated_function(plan_from_placement, "pipeline_plan", "plan_from_placement", "0.10.0")
+
+__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "PipelinePlan", "PlanStage", "TiedGroup", "plan_from_placement"]

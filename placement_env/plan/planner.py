@@ -1,4 +1,4 @@
-"""A planner of hybrid pipelines: :func:`plan_pipeline` chooses stages, replicas, micro-batches, schedule,
+"""A planner of hybrid pipelines: :func:`search_plan` chooses stages, replicas, micro-batches, schedule,
 recomputation, the layer split and the devices of each stage and replica, together, within memory.
 
 How it decides (``docs/planner.md`` has the measurements):
@@ -29,10 +29,12 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from placement_env.cluster import Cluster
+from placement_env.deprecation import deprecated_function, deprecated_names
 from placement_env.graph.io import graph_digest
 from placement_env.graph.model import ComputationGraph
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
@@ -60,7 +62,7 @@ VIRTUAL_STAGES = (2, 4)
 
 
 @dataclass(frozen=True)
-class PlannedPipeline:
+class SearchedPlan:
     """A plan and how it was found.
 
     Attributes:
@@ -102,11 +104,11 @@ class _Config:
     estimate: float
 
 
-def plan_pipeline(graph: ComputationGraph, cluster: Cluster, *, stages: int | None = None,
+def search_plan(graph: ComputationGraph, cluster: Cluster, *, stages: int | None = None,
                   replicas: int | None = None, microbatches: int | None = None, schedule: str | None = None,
                   virtual_stages: int | None = None, recompute: bool | None = None,
                   split: str | Sequence[int] | None = None, layout: str | None = None, batch: int | None = None,
-                  param_factor: float = DEFAULT_PARAM_FACTOR, simulated: int = SIMULATED) -> PlannedPipeline:
+                  param_factor: float = DEFAULT_PARAM_FACTOR, simulated: int = SIMULATED) -> SearchedPlan:
     """Plan ``graph`` on ``cluster`` (module docstring); every argument given fixes that decision.
 
     Args:
@@ -129,7 +131,7 @@ def plan_pipeline(graph: ComputationGraph, cluster: Cluster, *, stages: int | No
         simulated: how many of the best estimated configurations are simulated exactly.
 
     Returns:
-        A :class:`PlannedPipeline`.
+        A :class:`SearchedPlan`.
 
     Raises:
         ValueError: a graph without layers, a fixed decision that is out of range (S x D above the cluster's
@@ -172,7 +174,7 @@ def plan_pipeline(graph: ComputationGraph, cluster: Cluster, *, stages: int | No
     step = simulate_layout(exact, _layout(config, table, param_factor), cluster)
     work = float(np.sum(table.costs.forward + table.costs.backward_input + table.costs.backward_weight))
     plan = _plan(graph, cluster, table, config, exact, step, param_factor)
-    return PlannedPipeline(plan, step, work / float(np.sum(cluster.speed)), len(configs), tried,
+    return SearchedPlan(plan, step, work / float(np.sum(cluster.speed)), len(configs), tried,
                            time.perf_counter() - began, config.split, config.layout)
 
 
@@ -394,13 +396,17 @@ def _plan(graph: ComputationGraph, cluster: Cluster, table: LayerTable, config: 
 def hand_plan(graph: ComputationGraph, cluster: Cluster, stages: int, replicas: int, microbatches: int,
               schedule: str = "1f1b", split: str | Sequence[int] = "uniform",
               layout: str = "replicas-across-nodes", batch: int | None = None,
-              param_factor: float = DEFAULT_PARAM_FACTOR) -> PlannedPipeline:
+              param_factor: float = DEFAULT_PARAM_FACTOR) -> SearchedPlan:
     """A plan with every decision fixed (Megatron-LM's default: a uniform split, 1F1B), simulated the same way;
     recomputation where memory needs it."""
-    return plan_pipeline(graph, cluster, stages=stages, replicas=replicas, microbatches=microbatches,
+    return search_plan(graph, cluster, stages=stages, replicas=replicas, microbatches=microbatches,
                          schedule=schedule, virtual_stages=1 if schedule != "interleaved-1f1b" else None,
                          split=split, layout=layout, batch=batch, param_factor=param_factor)
 
 
-__all__ = ["HAND_SPLITS", "LAYOUTS", "SIMULATED", "SPLITS", "LayerTable", "PlannedPipeline", "hand_plan",
-           "plan_pipeline"]
+plan_pipeline = deprecated_function(search_plan, "plan_pipeline", "search_plan", "0.10.0")
+if not TYPE_CHECKING:  # the old class name, with a warning on use
+    __getattr__ = deprecated_names(__name__, {"PlannedPipeline": (SearchedPlan, "SearchedPlan")}, "0.10.0")
+
+__all__ = ["HAND_SPLITS", "LAYOUTS", "SIMULATED", "SPLITS", "LayerTable", "SearchedPlan", "hand_plan",
+           "search_plan"]

@@ -10,9 +10,11 @@ import functools
 
 import numpy as np
 
-PLAN_SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b", "zb-h1")
+from placement_env.parallelism import SCHEDULES, schedules_for
+
+PLAN_SCHEDULES = schedules_for("planner")
 """The schedules a plan may name (``1f1b`` first: the default)."""
-SPLIT_BACKWARD = ("zb-h1",)
+SPLIT_BACKWARD = tuple(name for name, row in SCHEDULES.items() if row.split_backward)
 """Schedules that run the weights' gradients as tasks of their own."""
 
 

@@ -6,7 +6,7 @@
 * :func:`~placement_env.runtime.device_map.to_device_map`: Hugging Face accelerate's ``device_map``;
 * :func:`~placement_env.plan.split_points.to_split_points`: pipeline stages for
   ``torch.distributed.pipelining`` and DeepSpeed;
-* :func:`~placement_env.plan.pipeline_plan.pipeline_plan`: a contiguous placement as the
+* :func:`~placement_env.plan.pipeline_plan.plan_from_placement`: a contiguous placement as the
   :class:`~placement_env.plan.pipeline_plan.PipelinePlan` a runtime launches, and
   :func:`~placement_env.runtime.pipeline_runner.run_pipeline`, its training steps with
   ``torch.distributed.pipelining`` (local workers, CUDA devices or torchrun);
@@ -20,7 +20,7 @@ They read the module names :func:`~placement_env.importers.pytorch.from_torch` r
 from typing import TYPE_CHECKING
 
 from placement_env.lazy_names import lazy_attributes
-from placement_env.plan.pipeline_plan import PipelinePlan, pipeline_plan
+from placement_env.plan.pipeline_plan import PipelinePlan, plan_from_placement
 from placement_env.plan.split_points import SplitPoints, to_split_points
 from placement_env.runtime.device_map import to_device_map
 from placement_env.runtime.local_cluster import local_cluster
@@ -39,4 +39,4 @@ else:  # torch loads when placed_module, measure_step or run_pipeline is first u
                                   globals())
 
 __all__ = ["MeasuredStep", "PipelinePlan", "PipelineRun", "SplitPoints", "local_cluster", "measure_step",
-           "pipeline_plan", "placed_module", "run_pipeline", "to_device_map", "to_split_points", "write_back"]
+           "plan_from_placement", "placed_module", "run_pipeline", "to_device_map", "to_split_points", "write_back"]

@@ -52,8 +52,8 @@ from placement_env.sim.simulator import simulate
 
 from .local_workers import check_local_workers, run_on_local_workers
 from .placed_program import _check_matches, placed_module
-from .step_plan import plan_step
 from .step_worker import run_worker
+from .worker_tasks import worker_tasks
 
 NOMINAL_BANDWIDTH = 1e9  # bytes/s of the cluster that orders a step when none is given
 NOMINAL_LATENCY = 1e-4  # s
@@ -157,7 +157,7 @@ def measure_step(model: Any, example_inputs: Sequence[Any] | Any, graph: Computa
         warnings.warn(f"{', '.join(map(str, devices))} not present here: measuring on local worker processes",
                       RuntimeWarning, stacklevel=2)
     check_local_workers(len(used))
-    plan = plan_step(gm, graph, np.searchsorted(used, p), schedule.op_start)  # worker k runs device used[k]
+    plan = worker_tasks(gm, graph, np.searchsorted(used, p), schedule.op_start)  # worker k runs device used[k]
     payload = (model, example_inputs, dict(example_kwargs or {}), plan, repeats)
     reports = run_on_local_workers(len(used), run_worker, payload)
     starts = np.array([r["starts"] for r in reports])

@@ -38,7 +38,7 @@ from torch import nn
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
 from placement_env.importers.pytorch import from_torch
-from placement_env.plan.pipeline_plan import pipeline_plan
+from placement_env.plan.pipeline_plan import plan_from_placement
 
 from .pipeline_runner import run_pipeline
 from .runtime_overheads import RuntimeOverheads, eager_seconds, fitted
@@ -60,7 +60,7 @@ def calibrate_pipeline(cluster: Cluster, rounds: int = 3, steps: int = 5) -> Run
     model, x = calibration_model()
     graph = from_torch(model, (x,), profile=True, repeats=10, colocate_modules=1, name="calibration")
     m = CALIBRATION_MICROBATCHES
-    one = {k: pipeline_plan(graph, np.zeros(graph.num_nodes, dtype=np.int64), cluster, microbatches=k,
+    one = {k: plan_from_placement(graph, np.zeros(graph.num_nodes, dtype=np.int64), cluster, microbatches=k,
                             schedule="gpipe") for k in (1, m)}
     second_half = [name.startswith("module:") and int(name.split(":")[1]) >= 8 for name in graph.unit_names]
     placement = graph.expand_unit_placement(np.array(second_half, dtype=np.int64))  # blocks 8-15 on device 1
@@ -70,7 +70,7 @@ def calibrate_pipeline(cluster: Cluster, rounds: int = 3, steps: int = 5) -> Run
         for k in (1, m):
             runner[k].append(float(np.median(run_pipeline(model, (x,), one[k], steps=steps).steps[1:])))
             eager[k].append(eager_seconds(model, (x,), {}, k, steps))
-        two = pipeline_plan(graph, placement, cluster, microbatches=m, schedule="gpipe")
+        two = plan_from_placement(graph, placement, cluster, microbatches=m, schedule="gpipe")
         runner["two"].append(float(np.median(run_pipeline(model, (x,), two, steps=steps).steps[1:])))
     extra = (min(runner[m]) - min(eager[m])) - (min(runner[1]) - min(eager[1]))
     calls = sum(1 for node in graph.nodes if node.cost > 0)
@@ -84,7 +84,7 @@ def message_latency(graph: ComputationGraph, placement: np.ndarray, cluster: Clu
     the simulated GPipe step of ``placement`` equal ``measured_seconds`` (0 when it is already slower)."""
     def simulated(latency: float) -> float:
         g, c = RuntimeOverheads(call_seconds, latency).applied(graph, cluster)
-        return pipeline_plan(g, placement, c, microbatches=microbatches, schedule="gpipe").simulated_step_seconds
+        return plan_from_placement(g, placement, c, microbatches=microbatches, schedule="gpipe").simulated_step_seconds
 
     return fitted(simulated, measured_seconds, measured_seconds)
 
@@ -95,7 +95,7 @@ def runtime_overheads(model: nn.Module, inputs: tuple, kwargs: dict, graph: Comp
     """``(call_seconds, step_seconds)`` of ``run_pipeline`` on ``model`` (``graph``: its graph): the line through
     (one-stage runner - eager) over ``microbatches``, its slope per computing op of ``graph`` and its intercept
     (each at least 0; each measured value the fastest of ``rounds`` interleaved rounds of ``steps`` steps)."""
-    one = {m: pipeline_plan(graph, np.zeros(graph.num_nodes, dtype=np.int64), cluster, microbatches=m,
+    one = {m: plan_from_placement(graph, np.zeros(graph.num_nodes, dtype=np.int64), cluster, microbatches=m,
                             schedule="gpipe") for m in microbatches}
     runner: dict[int, list[float]] = {m: [] for m in microbatches}
     eager: dict[int, list[float]] = {m: [] for m in microbatches}
@@ -116,7 +116,7 @@ def tensor_cost(graph: ComputationGraph, placement: np.ndarray, cluster: Cluster
     ``measured_seconds`` (0 when it is already slower)."""
     def simulated(seconds: float) -> float:
         g, c = replace(overheads, tensor_seconds=seconds).applied(graph, cluster, placement)
-        return pipeline_plan(g, placement, c, microbatches=microbatches, schedule=schedule).simulated_step_seconds
+        return plan_from_placement(g, placement, c, microbatches=microbatches, schedule=schedule).simulated_step_seconds
 
     return fitted(simulated, measured_seconds, measured_seconds)
 
@@ -129,7 +129,7 @@ def calibrate_model(model: nn.Module, inputs: tuple, kwargs: dict, graph: Comput
     of ``placement`` run at ``microbatches`` under ``schedule`` (the fastest of ``rounds``). Run it with
     ``torch.set_num_threads(1)``, as the workers run."""
     call, step = runtime_overheads(model, inputs, kwargs, graph, cluster, rounds=rounds, steps=steps)
-    plan = pipeline_plan(graph, placement, cluster, microbatches=microbatches, schedule=schedule)
+    plan = plan_from_placement(graph, placement, cluster, microbatches=microbatches, schedule=schedule)
     measured = min(float(np.median(run_pipeline(model, inputs, plan, steps=steps, example_kwargs=kwargs).steps[1:]))
                    for _ in range(rounds))
     overheads = RuntimeOverheads(call, step_seconds=step)

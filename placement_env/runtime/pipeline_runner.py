@@ -49,12 +49,13 @@ import torch.utils._pytree as pytree
 
 from placement_env.checks import first_line
 from placement_env.importers.parameters import canonical_names
+from placement_env.parallelism import SCHEDULES, data_pipeline_mesh, schedules_for
 from placement_env.plan.pipeline_plan import PipelinePlan
 
 from .live_bytes import LiveBytes
 from .local_workers import check_local_workers, run_on_local_workers
 
-SCHEDULE_CLASSES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe"}
+SCHEDULE_CLASSES = {name: str(SCHEDULES[name].runner) for name in schedules_for("runner")}
 """The ``torch.distributed.pipelining`` schedule that runs each of the plan's schedules."""
 
 
@@ -178,7 +179,7 @@ def process_mesh(plan: PipelinePlan) -> tuple[tuple[int, ...], ...]:
     members in order, and a pipeline's stage s is its group's member s); ``ValueError`` otherwise."""
     if plan.replicas == 1:
         return (tuple(range(plan.num_stages)),)
-    mesh = tuple(tuple(plan.devices[s][r] for s in range(plan.num_stages)) for r in range(plan.replicas))
+    mesh = data_pipeline_mesh(plan.devices)
     flat = sorted(d for row in mesh for d in row)
     if flat != list(range(len(flat))):
         raise ValueError(f"the runner runs a plan with replicas on processes 0 .. {len(flat) - 1}: its devices are "

@@ -19,9 +19,11 @@ from typing import NamedTuple
 import numpy as np
 
 from placement_env.graph.model import ComputationGraph, Edge
+from placement_env.parallelism import Parallelism, schedules_for
 
-SCHEDULES = ("1f1b", "gpipe")
-"""Pipeline schedules (section 3a): ``1f1b`` (one forward, one backward; the default) and ``gpipe``."""
+SCHEDULES = schedules_for("simulator")
+"""Pipeline schedules (section 3a): ``1f1b`` (one forward, one backward; the default) and ``gpipe``
+(:data:`placement_env.parallelism.SCHEDULES` says who supports which)."""
 DEFAULT_SCHEDULE = "1f1b"
 
 FORWARD, BACKWARD, UPDATE = 0, 1, 2  # op kinds
@@ -34,6 +36,17 @@ class Step(NamedTuple):
     microbatches: int = 1
     schedule: str = DEFAULT_SCHEDULE
 
+    @classmethod
+    def of(cls, step: Step | Parallelism) -> Step:
+        """``step`` itself, or the micro-batches and schedule of a :class:`~placement_env.parallelism.Parallelism`
+        (what the graph simulator judges a placement by); ``TypeError`` for anything else."""
+        if isinstance(step, Step):
+            return step
+        if isinstance(step, Parallelism):
+            return cls(step.microbatches, step.schedule)
+        raise TypeError(f"step must be a Step (Step(8, \"1f1b\") for 8 micro-batches) or a Parallelism, got "
+                        f"{type(step).__name__} {step!r}")
+
     def checked(self, graph: ComputationGraph | None = None) -> Step:
         """This step, or a ``ValueError`` naming a bad micro-batch count (for ``graph``) or schedule."""
         return Step(checked_microbatches(self.microbatches, graph), checked_schedule(self.schedule))
@@ -45,6 +58,20 @@ class Step(NamedTuple):
     def describe(self) -> str:
         """``"1 batch"`` or ``"8 micro-batches, 1f1b"``, for reports."""
         return f"{self.microbatches} micro-batches, {self.schedule}" if self.pipelined else "1 batch"
+
+
+StepLike = Step | Parallelism
+"""What the placers, :func:`~placement_env.sim.simulator.simulate` and a plan from a placement take as ``step``."""
+
+
+def one_step(step: StepLike | None, microbatches: int | None, schedule: str | None) -> Step:
+    """The step said once: ``step`` (:meth:`Step.of`), or ``microbatches`` (default 1) and ``schedule`` (default
+    :data:`DEFAULT_SCHEDULE`); ``ValueError`` when ``step`` is given beside either of them."""
+    if step is None:
+        return Step(1 if microbatches is None else microbatches, DEFAULT_SCHEDULE if schedule is None else schedule)
+    if microbatches is not None or schedule is not None:
+        raise ValueError("give the step once: step=Step(8, \"1f1b\") or microbatches= and schedule=, not both")
+    return Step.of(step)
 
 
 PLAIN_STEP = Step()
@@ -207,5 +234,5 @@ def stage_caps(graph: ComputationGraph, placement: np.ndarray, num_devices: int)
 
 
 __all__ = ["DEFAULT_SCHEDULE", "MAX_MICROBATCHES", "MAX_UNROLLED_OPS", "PLAIN_STEP", "SCHEDULES", "Step", "Unrolled",
-           "checked_microbatches",
+           "StepLike", "checked_microbatches", "one_step",
            "checked_schedule", "schedule_keys", "stage_caps", "stepped_graph", "unrolled"]

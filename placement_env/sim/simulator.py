@@ -1,10 +1,8 @@
 """Simulated step time and peak memory of a placement (``docs/spec/simulator.md`` sections 3-4).
 
-* :func:`simulate` runs one placement and returns a :class:`SimulationResult`
-  with the makespan (seconds), per-device peak memory (bytes) and busy time
-  (seconds), the OOM flag and the full :class:`Schedule`.
-* :func:`simulate_batch` evaluates many placements of one graph in one call
-  (no schedule), for search and learning loops.
+* :func:`simulate` runs one placement and returns a :class:`SimulationResult` with the makespan (seconds),
+  per-device peak memory (bytes) and busy time (seconds), the OOM flag and the full :class:`Schedule`.
+* :func:`simulate_batch` evaluates many placements of one graph in one call (no schedule), for search loops.
 * :func:`lower_bound` is the bound no placement can beat.
 """
 
@@ -20,6 +18,7 @@ import numpy as np
 from placement_env.checks import checked_finite, checked_instance
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
+from placement_env.sim import pipeline
 from placement_env.sim.kernel import Workspace, sim_batch, sim_core
 from placement_env.sim.pipeline import DEFAULT_SCHEDULE, checked_microbatches, checked_schedule, unrolled
 from placement_env.sim.pipeline_kernel import PipelineWorkspace, pipeline_batch, pipeline_core, schedule_arrays
@@ -390,26 +389,27 @@ class Simulator:
 
 def simulate(graph: ComputationGraph, placement: Sequence[int] | np.ndarray, cluster: Cluster,
              param_factor: float = DEFAULT_PARAM_FACTOR, microbatches: int = 1,
-             schedule: str = DEFAULT_SCHEDULE) -> SimulationResult:
+             schedule: str = DEFAULT_SCHEDULE, *, step: pipeline.StepLike | None = None) -> SimulationResult:
     """Simulate one training step of ``graph`` placed by ``placement`` on ``cluster``.
 
     Args:
-        graph: the computation graph.
-        placement: a device index per node, in node order.
-        cluster: the devices and links.
+        graph, placement, cluster: the computation graph, a device index per node (in node order), the devices.
         param_factor: static bytes held per parameter byte (4 = Adam training, 1 = inference).
         microbatches: m >= 1; above 1, the pipelined step of m micro-batches (spec section 3a).
         schedule: ``"1f1b"`` or ``"gpipe"``, the pipeline schedule (ignored for m = 1).
+        step: the two as one object, instead of them (:data:`~placement_env.sim.pipeline.StepLike`).
 
     Returns:
-        The makespan in seconds, per-device peak memory (bytes) and busy time
-        (seconds), the OOM flag and the full schedule (of the unrolled step when pipelined); the lower
-        bound is that of the unrolled step.
+        The makespan in seconds, per-device peak memory (bytes) and busy time (seconds), the OOM flag and the
+        full schedule (of the unrolled step when pipelined); the lower bound is that of the unrolled step.
 
     Raises:
         ValueError: a bad placement (naming the node), ``param_factor``, ``microbatches`` (not an integer,
-            below 1, above the graph's ``batch``) or an unknown ``schedule``.
+            below 1, above the graph's ``batch``) or an unknown ``schedule``; ``step`` given beside them.
     """
+    if step is not None:  # said once: microbatches and schedule left at their defaults
+        given = (microbatches, schedule) != (1, DEFAULT_SCHEDULE)
+        microbatches, schedule = pipeline.one_step(step, microbatches if given else None, schedule if given else None)
     return Simulator(graph, cluster, param_factor, microbatches, schedule).simulate(placement)
 
 

@@ -1,4 +1,4 @@
-"""What every local worker of a measured step executes: :func:`plan_step` (plain data, pickled to the workers).
+"""What every local worker of a measured step executes: :func:`worker_tasks` (plain data, pickled to the workers).
 
 Keys are the fx node names of the graph's ops and ``param:<target>`` for its ``parameter`` ops. Tasks are
 ``("F", op)`` (an op's forward) and ``("B", root)`` (the backward of the autograd segment rooted at ``root``: an
@@ -23,7 +23,7 @@ from .placed_program import _parameter_holders
 
 
 @dataclass
-class StepPlan:
+class WorkerTasks:
     """Plain data every worker executes (keys: fx node names of the graph's ops, and ``param:<target>``)."""
 
     device: dict[str, int]
@@ -39,7 +39,7 @@ class StepPlan:
     outputs: list[str]  # the model's output values
 
 
-def plan_step(gm: Any, graph: ComputationGraph, p: np.ndarray, op_start: np.ndarray) -> StepPlan:
+def worker_tasks(gm: Any, graph: ComputationGraph, p: np.ndarray, op_start: np.ndarray) -> WorkerTasks:
     """The plan of one training step of ``graph`` placed by ``p`` (``gm``: its traced program), the tasks in a
     topological order that follows the simulated start times ``op_start`` (node order)."""
     index = {node.id: i for i, node in enumerate(graph.nodes)}
@@ -124,5 +124,5 @@ def plan_step(gm: Any, graph: ComputationGraph, p: np.ndarray, op_start: np.ndar
     holder_op = _parameter_holders(gm, graph)
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     outputs = list(dict.fromkeys(k for k in map(key_of, output_node.all_input_nodes) if k is not None))
-    return StepPlan(device, inputs, segment, members, order, sends, tag, grad_tag, grad_sources,
+    return WorkerTasks(device, inputs, segment, members, order, sends, tag, grad_tag, grad_sources,
                  {t: device[op] for t, op in holder_op.items()}, outputs)
