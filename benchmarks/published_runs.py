@@ -27,6 +27,7 @@ from scipy.stats import spearmanr
 
 from placement_env.plan.scale import gpu_model
 from placement_env.plan.scale.gpu_model import FITTED, GIB, Efficiencies
+from placement_env.plan.scale.planner import search_scale_plan
 from placement_env.plan.scale.published import PublishedRun, read_published, simulate_published
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,6 +109,35 @@ def ranking(rows: list[dict]) -> list[str]:
     return lines
 
 
+def planned(runs: list[PublishedRun]) -> list[dict]:
+    """For each published model, cluster and batch: the planner's own plan beside the best published configuration,
+    both simulated the same way."""
+    out = []
+    seen: dict[tuple, list[PublishedRun]] = {}
+    for run in runs:
+        seen.setdefault((run.source, run.shape, run.cluster.gpus, run.global_batch), []).append(run)
+    for (source, shape, gpus, batch), group in seen.items():
+        published = min((simulate_published(run) for run in group), key=lambda pair: pair[1].seconds)
+        plan = search_scale_plan(shape, group[0].cluster, batch, flash_attention=group[0].flash_attention,
+                                 overlap=group[0].overlap)
+        out.append({"source": source, "model": shape.name, "gpus": gpus, "batch": batch,
+                    "published": published[0].describe(), "published_s": published[1].seconds,
+                    "planner": f"{plan.parallelism.describe()}, micro-batch {plan.micro_batch}, {plan.order}",
+                    "planner_s": plan.step.seconds, "planner_seconds": plan.seconds,
+                    "configurations": plan.configurations})
+    return out
+
+
+def planned_markdown(rows: list[dict]) -> str:
+    out = ["| model | GPUs | batch | best published configuration (simulated) | s | the planner's plan | s | "
+           "planner / published | planned in s |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['model']} | {r['gpus']} | {r['batch']} | {r['published']} | {r['published_s']:.3f} | "
+                   f"{r['planner']} | {r['planner_s']:.3f} | {r['planner_s'] / r['published_s']:.3f} | "
+                   f"{r['planner_seconds']:.2f} |")
+    return "\n".join(out)
+
+
 def markdown(rows: list[dict]) -> str:
     out = ["| source | run | chosen where open | measured s | simulated s | sim/meas | peak GiB |",
            "|---|---|---|---|---|---|---|"]
@@ -141,10 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     print(markdown(rows + checked))
     if not args.fit:
+        plans = planned(development + check)
+        print(planned_markdown(plans))
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "rows.json").write_text(json.dumps({"efficiencies": asdict(efficiencies),
-                                                       "rows": rows + checked}, indent=1))
+                                                       "rows": rows + checked, "planned": plans}, indent=1))
         (args.out / "table.md").write_text("\n\n".join(["\n".join(lines), markdown(rows + checked)]) + "\n")
+        (args.out / "planner.md").write_text(planned_markdown(plans) + "\n")
     return 0
 
 

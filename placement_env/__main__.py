@@ -14,6 +14,8 @@ Examples::
     python -m placement_env plan --graph gpt2 --devices 16 --per-node 8 --device-kind a100-nvlink --batch 512
     python -m placement_env plan --graph gpt2 --devices 16 --per-node 8 --device-kind a100-nvlink --batch 512 \
         --stages 4 --replicas 4 --microbatches 16 --schedule 1f1b --split uniform --export megatron --out m.json
+    python -m placement_env plan --shape '{"layers": 30, "hidden": 3072, "heads": 32}' --devices 64 --per-node 8 \
+        --device-kind a100-nvlink --batch 512 --export megatron --out megatron.json
     python -m placement_env graphs
     python -m placement_env table1
 """
@@ -44,6 +46,7 @@ from placement_env.plan.pipeline_plan import PipelinePlan, plan_from_placement
 from placement_env.plan.planner import LAYOUTS, SPLITS, search_plan
 from placement_env.plan.schedules import PLAN_SCHEDULES
 from placement_env.runtime import to_device_map, to_split_points
+from placement_env.scale_cli import SCALE_EXPORTS, add_scale_args, refuse_scale_only, scale_plan_command
 from placement_env.sim.chrome_trace import write_chrome_trace
 from placement_env.sim.simulator import check_placement, checked_param_factor, simulate
 from placement_env.zoo.registry import (
@@ -103,14 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
                        ("virtual-stages", "chunks a stage runs (interleaved-1f1b)")):
         planning.add_argument(f"--{name}", type=_count, help=f"fix the {what} (default: the planner chooses)")
     planning.add_argument("--schedule", choices=PLAN_SCHEDULES, help="fix the schedule")
-    planning.add_argument("--recompute", choices=("on", "off"),
-                          help="recompute on every stage, or on none (default: where memory needs it)")
+    planning.add_argument("--recompute", choices=("on", "off", "none", "selective", "full"),
+                          help="recompute on every stage, or on none (default: where memory needs it); with "
+                               "--shape: none, selective (the attention core) or full")
     planning.add_argument("--split", help="uniform (Megatron's), parameters (DeepSpeed's), time, or layers per "
                                           "chunk such as 5,4,4,4 (default: the planner chooses)")
     planning.add_argument("--layout", choices=LAYOUTS, help="which devices form stages and replicas")
-    planning.add_argument("--export", choices=PLAN_EXPORTS, default="plan",
+    planning.add_argument("--export", choices=SCALE_EXPORTS, default="plan",
                           help="what --out holds: the plan (for run), Megatron-LM's arguments, DeepSpeed's "
-                               "partition, or the (dp, pp) DeviceMesh")
+                               "partition (with --shape: its config), the DeviceMesh, or (with --shape) "
+                               "torchtitan's TOML")
+    add_scale_args(planning, _count)
     planning.add_argument("--out", metavar="FILE", help="write it there as JSON (default: only the summary)")
     sub.add_parser("graphs", help="list the shipped graphs with their sizes")
     sub.add_parser("table1", help="the benchmark suites' structure in the layout of the paper's table 1")
@@ -184,6 +190,12 @@ def plan_command(args: argparse.Namespace) -> int:
     """``plan``: :func:`~placement_env.plan.planner.search_plan` with the decisions given fixed; a summary, and
     the plan or an export of it in ``args.out``."""
     check_output_paths(args.out)
+    if args.shape is not None:
+        return scale_plan_command(args)
+    refuse_scale_only(args)
+    if args.export not in PLAN_EXPORTS:
+        raise ValueError(f"--export {args.export} needs --shape; a traced graph's plan exports "
+                         f"{', '.join(PLAN_EXPORTS)}")
     graph, cluster = graph_and_cluster_from_args(args)
     split: str | list[int] | None = args.split
     if split is not None and split not in SPLITS:

@@ -57,7 +57,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("placement_env.cli",),
     ("baselines",),
     ("placement_env.envs", "placement_env"),
-    ("placement_env.__main__",),
+    ("placement_env.__main__", "placement_env.scale_cli"),
     ("agents.names", "agents.jobs"),
     ("graph_encoders",),
     ("agents.policies",),

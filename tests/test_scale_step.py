@@ -133,8 +133,10 @@ def test_the_schedules_end_at_their_closed_forms():
         ranks = step.rank_seconds
         b = 64 // 16
         send = collective_seconds("send", 2.0 * b * shape.sequence * shape.hidden / 8, 2, 1, cluster)
-        expected = (8 - 1) * (ranks.max() + 2 * send) + (ranks.sum() + 2 * (4 * v - 1) * send) / v
+        expected = ((8 - 1) * (ranks.max() + 2 * send) + ranks.max()
+                    + (ranks.sum() - ranks.max() + 2 * (4 * v - 1) * send) / v)
         assert step.compute == pytest.approx(expected)
+        assert step.compute >= 8 * ranks.max()  # no rank ends before its own work
     one = layer_pass(shape, Parallelism(), 4, A100, 0.0, False)
     assert one.backward == pytest.approx(2 * one.forward) and one.collectives == 0  # one rank: twice the forward
     split = layer_pass(shape, Parallelism(tensor=8), 4, A100, 1e-3, False)  # an all-reduce of 1 ms, 2 a pass
@@ -198,3 +200,44 @@ def test_every_measured_run_of_the_development_set_fits_in_memory_and_is_simulat
     # the run the 0.8 planner refused: 64 replicas, micro-batch 8, no tensor parallelism
     refused = next(r for r in runs if r.tensor == 1 and r.data == 64 and r.micro_batch == 8)
     assert simulate_published(refused)[1].peak_memory.max() < 80 * GIB
+
+
+def test_the_data_parallel_reduction_by_zero_stage_by_hand():
+    cluster = GpuCluster(A100, 64, 8, 25e9)
+    m = 4
+    steps = {z: simulate_scale(GPT, Parallelism(data=64, microbatches=m, zero=z), cluster, 512) for z in range(4)}
+    rank = GPT.parameters  # one rank holds the whole model; its 64 replicas are 8 a node
+    scatter = collective_seconds("reduce-scatter", 2.0 * rank, 64, 8, cluster)
+    gather = collective_seconds("all-gather", 2.0 * rank, 64, 8, cluster)
+    assert steps[0].data_parallel == pytest.approx(collective_seconds("all-reduce", 2.0 * rank, 64, 8, cluster))
+    assert steps[1].data_parallel == pytest.approx(scatter + gather) == pytest.approx(steps[0].data_parallel)
+    assert steps[2].data_parallel == pytest.approx(m * scatter + gather)
+    assert steps[3].data_parallel == pytest.approx(m * (scatter + 2 * gather))
+    assert steps[1].optimizer == pytest.approx(steps[0].optimizer / 64)
+    hidden = simulate_scale(GPT, Parallelism(data=64, microbatches=m, zero=1), cluster, 512, overlap=True)
+    assert hidden.data_parallel < steps[1].data_parallel and hidden.seconds < steps[1].seconds
+
+
+@pytest.mark.parametrize(("schedule", "v"), [("1f1b", 1), ("gpipe", 1), ("interleaved-1f1b", 2), ("zb-h1", 1)])
+def test_the_schedule_s_closed_form_is_section_3b_s_event_loop_on_a_uniform_chain(schedule, v):
+    """Differential: the closed form of section 3c against the compiled event loop of section 3b (simulate_layout)
+    on a chain of equal ranks with free links, each micro-batch's forward 1 s and backward 2 s a rank (W 1 s)."""
+    from placement_env import Cluster
+    from placement_env.plan.layers import ChunkCosts
+    from placement_env.plan.plan_step import PlanLayout, simulate_layout
+
+    s_, m = 4, 8
+    k = s_ * v
+    ones = np.ones(k)
+    zero = np.zeros(k)
+    split = schedule == "zb-h1"
+    costs = ChunkCosts(forward=ones * m / v, forward_fixed=zero, backward_input=ones * (1 if split else 2) * m / v,
+                       backward_input_fixed=zero, backward_weight=ones * (1 if split else 0) * m / v,
+                       backward_weight_fixed=zero, update=zero, parameter_bytes=zero, saved_bytes=zero,
+                       boundary_bytes=zero, input_bytes=zero, batch=None)
+    cluster = Cluster.preset("p100", s_)
+    free = Cluster(cluster.devices, np.full((s_, s_), 1e30), np.zeros((s_, s_)))
+    event = simulate_layout(costs, PlanLayout(tuple((r,) for r in range(s_)), m, schedule, v), free).seconds
+    from placement_env.plan.scale.step import pipeline_seconds
+    closed, _ = pipeline_seconds(np.full(s_, 3.0), m, schedule, v, 0.0, 1.0)
+    assert closed == pytest.approx(event)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from placement_env.cluster import DEVICE_KINDS
+
 GIB = 2**30
 
 
@@ -41,8 +43,8 @@ class Efficiencies:
     network: float
 
 
-FITTED = Efficiencies(matmul=0.6985, matmul_dimension=78.41, memory=1.0, collective_overhead=1.222e-4, nvlink=1.0,
-                      network=0.7512)
+FITTED = Efficiencies(matmul=0.6996, matmul_dimension=79.14, memory=0.9993, collective_overhead=1.229e-4, nvlink=1.0,
+                      network=0.7476)
 """The efficiencies fitted on the development set (module docstring; the fit's command and its residuals are in
 ``docs/cluster.md`` and RESULTS.md)."""
 
@@ -138,5 +140,20 @@ class GpuCluster:
         return (f"{self.gpus} x {self.gpu.name} in nodes of {self.per_node}, {self.network_bandwidth / 1e9:.1f} GB/s "
                 "a GPU across nodes")
 
+    @classmethod
+    def from_device_kind(cls, kind: str, gpus: int, per_node: int | None = None) -> GpuCluster:
+        """The GPUs of a placement cluster's device kind (``a100-nvlink``, ``h100-nvlink``: the command lines'
+        ``--device-kind``), in nodes of ``per_node`` (default 8), each GPU with its share of the node's network;
+        ``ValueError`` for a kind with no GPU model."""
+        if kind not in GPU_OF_DEVICE_KIND:
+            raise ValueError(f"device kind {kind!r} has no GPU model for plans at scale; known: "
+                             f"{', '.join(GPU_OF_DEVICE_KIND)}")
+        per_node = 8 if per_node is None else per_node
+        return cls(GPUS[GPU_OF_DEVICE_KIND[kind]], gpus, per_node, DEVICE_KINDS[kind].node_network / per_node)
 
-__all__ = ["FITTED", "GIB", "GPUS", "Efficiencies", "GpuCluster", "GpuModel"]
+
+GPU_OF_DEVICE_KIND = {"a100-nvlink": "a100-80gb", "h100-nvlink": "h100-80gb"}
+"""The GPU model of each device kind of :data:`placement_env.cluster.DEVICE_KINDS` that has one."""
+
+
+__all__ = ["FITTED", "GIB", "GPUS", "GPU_OF_DEVICE_KIND", "Efficiencies", "GpuCluster", "GpuModel"]

@@ -20,10 +20,12 @@ micro-batch of ``b`` sequences, each transformer layer's pass costs (section 3c)
 The first rank also runs the embedding (a vocabulary-parallel lookup and its all-reduce), the last the output
 layer and the loss (``b s V / t`` logits in fp32). Ranks run their layers (evenly split, the first ranks taking
 one more where ``L`` does not divide) as the schedule orders them: with ``T_r`` a rank's forward and backward per
-micro-batch and ``c`` a send between ranks, 1F1B and GPipe end at ``(m - 1) max T_r + sum T_r + 2 (S - 1) c``,
-interleaved 1F1B at ``(m - 1) max T_r + (sum T_r + 2 (S v - 1) c) / v``... spelt out in the spec, ZB-H1 with the
-weights' gradients filling the bubble. Then the data-parallel reduction of each rank's gradients (ZeRO: a
-reduce-scatter and an all-gather, the same bytes; ZeRO-3 gathers the parameters again each micro-batch), of which
+micro-batch and ``c`` a send between ranks, 1F1B and GPipe end at ``(m - 1)(max T_r + 2c) + sum T_r + 2 (S - 1)
+c``, interleaved 1F1B at ``(m - 1)(max T_r + 2c) + max T_r + (sum T_r - max T_r + 2 (S v - 1) c) / v``, ZB-H1 with
+each rank's weight gradients W filling the bubble, ``(m - 1)(max T_r + 2c) + sum T_r - 2 W (S - 1) + 2 (S - 1) c``
+(section 3b's closed forms on a uniform chain). Then the data-parallel reduction of each rank's gradients (ZeRO 1: a
+reduce-scatter and an all-gather, the same bytes; ZeRO 2 scatters each micro-batch's gradients, ZeRO 3 also
+gathers the parameters for each micro-batch's forward and backward), of which
 the part ``overlap`` does not hide behind the last micro-batch's backward (the gradients) or the first one's forward
 (the parameters' gather), and the optimizer's update over the rank's (sharded) states.
 
@@ -47,7 +49,8 @@ from .gpu_model import GpuCluster, GpuModel
 from .model_shape import TransformerShape
 
 ORDERS = ("tp-dp-pp", "tp-pp-dp")
-"""How ranks are numbered onto GPUs (fastest-varying first), as Megatron-LM's ``--rank-order`` names them."""
+"""How ranks are numbered onto GPUs (fastest-varying first), as Megatron-core's ``initialize_model_parallel(order=)``
+names them (``tp-cp-ep-dp-pp`` its default, without context and expert parallelism)."""
 WEIGHT_BYTES = 2  # bf16 weights
 GRADIENT_BYTES = 2  # bf16 gradients, as reduced
 OPTIMIZER_BYTES = 12  # fp32 master weights and two fp32 Adam moments
@@ -232,23 +235,13 @@ def simulate_scale(shape: TransformerShape, parallelism: Parallelism, cluster: G
     tp_per_rank[0] += tp_one
     tp_per_rank[-1] += tp_one
     send = collective_seconds("send", activation / t, 2, 2 if g_p >= 2 else 1, cluster) if s_ > 1 else 0.0
-    slowest, total = float(rank_seconds.max()), float(rank_seconds.sum())
-    if p.schedule == "interleaved-1f1b":
-        fill = (total + 2 * (s_ * v - 1) * send) / v
-        sends = 2 * (s_ * v - 1) * send / v
-    elif p.schedule == "zb-h1":  # the weights' gradients (half the backward's products) fill the bubble
-        weights = float(np.sum(per_rank_layers)) * one.weight_gradients / s_
-        fill = total - 2 * weights * (s_ - 1) / s_ + 2 * (s_ - 1) * send
-        sends = 2 * (s_ - 1) * send
-    else:
-        fill = total + 2 * (s_ - 1) * send
-        sends = 2 * (s_ - 1) * send
-    compute = (m - 1) * (slowest + (2 * send if s_ > 1 else 0.0)) + fill
-    bubble = compute - m * slowest
+    weights = float(np.sum(per_rank_layers)) * one.weight_gradients / s_
+    compute, sends = pipeline_seconds(rank_seconds, m, p.schedule, v, send, weights)
+    bubble = compute - m * float(rank_seconds.max())
     # the data-parallel reduction of each rank's gradients, and the update of its states
     stage_parameters = np.bincount(np.arange(p.chunks) % s_, weights=layers * shape.layer_parameters, minlength=s_)
     stage_parameters[0] += shape.embedding_parameters
-    stage_parameters[-1] += shape.output_parameters if not (shape.tied_embeddings and s_ == 1) else 0
+    stage_parameters[-1] += shape.output_parameters
     if shape.tied_embeddings and s_ > 1:
         stage_parameters[-1] += vocab * h  # the last rank's copy of the tied matrix
     rank_parameters = stage_parameters / t
@@ -257,9 +250,12 @@ def simulate_scale(shape: TransformerShape, parallelism: Parallelism, cluster: G
     gather = collective_seconds("all-gather", WEIGHT_BYTES * biggest, d, g_d, cluster)
     busiest = float(per_rank_layers.max())
     last_backward, first_forward = busiest * (one.backward + one.recompute), busiest * one.forward
-    if p.zero == 3:  # the parameters gathered again for each micro-batch's forward and backward
-        exposed = (max(0.0, scatter - last_backward) + m * max(0.0, 2 * gather - first_forward - last_backward)
-                   if overlap else scatter + 2 * m * gather)
+    if p.zero == 3:  # each micro-batch's gradients scattered, the parameters gathered for its forward and backward
+        exposed = (m * max(0.0, scatter + 2 * gather - first_forward - last_backward) if overlap
+                   else m * (scatter + 2 * gather))
+    elif p.zero == 2:  # sharded gradients cannot accumulate whole: each micro-batch's are scattered
+        exposed = (m * max(0.0, scatter - last_backward) + max(0.0, gather - first_forward) if overlap
+                   else m * scatter + gather)
     elif overlap:  # the gradients reduced during the last backward, the parameters gathered during the next forward
         exposed = max(0.0, scatter - last_backward) + max(0.0, gather - first_forward)
     else:  # an all-reduce (ZeRO 0) or a reduce-scatter and an all-gather (ZeRO 1, 2): the same seconds
@@ -272,6 +268,26 @@ def simulate_scale(shape: TransformerShape, parallelism: Parallelism, cluster: G
         + 12.0 * shape.layers * h * shape.sequence * tokens * m * d
     return ScaleStep(seconds, compute, max(0.0, bubble), float(tp_per_rank.max() * m), sends, exposed, optimizer,
                      rank_seconds, peak, float(gpu.memory), model_flops)
+
+
+def pipeline_seconds(rank_seconds: np.ndarray, m: int, schedule: str, v: int, send: float,
+                     weights: float) -> tuple[float, float]:
+    """When a pipeline of ranks taking ``rank_seconds`` (forward and backward of one micro-batch, all their chunks)
+    ends ``m`` micro-batches under ``schedule`` with ``v`` chunks a rank, ``send`` seconds a message between ranks
+    and ``weights`` seconds of a rank's weight gradients (``zb-h1``); and the sends on its critical path (section
+    3c's closed forms)."""
+    s_ = len(rank_seconds)
+    slowest, total = float(rank_seconds.max()), float(rank_seconds.sum())
+    if schedule == "interleaved-1f1b":
+        fill = slowest + (total - slowest + 2 * (s_ * v - 1) * send) / v
+        sends = 2 * (s_ * v - 1) * send / v
+    elif schedule == "zb-h1":  # each rank's weight gradients fill the bubble
+        fill = total - 2 * weights * (s_ - 1) + 2 * (s_ - 1) * send
+        sends = 2 * (s_ - 1) * send
+    else:
+        fill = total + 2 * (s_ - 1) * send
+        sends = 2 * (s_ - 1) * send
+    return (m - 1) * (slowest + (2 * send if s_ > 1 else 0.0)) + fill, sends
 
 
 def model_state_bytes(parameters: float | np.ndarray, zero: int, data: int) -> float | np.ndarray:
@@ -305,4 +321,4 @@ def _peak_memory(shape: TransformerShape, p: Parallelism, b: int, rank_parameter
 
 
 __all__ = ["ORDERS", "LayerPass", "ScaleStep", "activation_bytes", "group_per_node", "layer_pass", "model_state_bytes",
-           "simulate_scale"]
+           "pipeline_seconds", "simulate_scale"]
