@@ -1,9 +1,16 @@
-"""The planner's exports read back by their consumers' own code: Megatron-LM's layout parser and DeepSpeed's
-partition functions, on the zoo's transformers.
+"""The planners' exports read back by their consumers' own code: Megatron-LM's layout parser and DeepSpeed's
+partition functions, on the zoo's transformers; and the exports of plans at scale by Megatron-core's configs and
+micro-batch calculator, torchtitan's job config (TOML) and DeepSpeed's ``DeepSpeedConfig``.
 
     pip install --no-deps --target /tmp/megatron megatron-core==0.16.1
     pip install --no-deps --target /tmp/deepspeed deepspeed==0.19.8 hjson py-cpuinfo einops msgpack pydantic
-    PYTHONPATH=/tmp/megatron:/tmp/deepspeed python scripts/check_plan_exports.py
+    pip install --no-deps --target /tmp/torchtitan022 torchtitan==0.2.2
+    pip install --target /tmp/tyro tyro
+    pip install --no-deps --target /tmp/triton triton        # torchtitan's config imports its MoE kernels
+    PYTHONPATH=/tmp/megatron:/tmp/deepspeed:/tmp/torchtitan022:/tmp/tyro:/tmp/triton \
+        python scripts/check_plan_exports.py
+
+(torchtitan 0.2.2 is its last release configured by TOML; 0.3.0 moved to Python config registries.)
 
 Neither package is a dependency of this project (Megatron-LM and DeepSpeed train on GPUs; here only their
 parsers run). For each model and plan: Megatron's ``PipelineParallelLayerLayout`` parses the layout string and
@@ -16,6 +23,8 @@ plans whose split is DeepSpeed's rule, and ``PipelineModule`` imports.
 from __future__ import annotations
 
 import sys
+
+from scale_exports_check import check_scale_exports
 
 from placement_env import Cluster, load_graph
 from placement_env.plan.exports import deepspeed_partition, megatron_arguments
@@ -63,6 +72,7 @@ def main() -> int:
                          f"({'same cuts' if same else 'other cuts'})")
             failures += not ok
             print(line)
+    failures += check_scale_exports()
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from placement_env import Parallelism
 from placement_env.plan.scale import (
@@ -241,3 +243,35 @@ def test_the_schedule_s_closed_form_is_section_3b_s_event_loop_on_a_uniform_chai
     from placement_env.plan.scale.step import pipeline_seconds
     closed, _ = pipeline_seconds(np.full(s_, 3.0), m, schedule, v, 0.0, 1.0)
     assert closed == pytest.approx(event)
+
+
+@settings(max_examples=150, deadline=None)
+@given(t=st.sampled_from([1, 2, 4, 8]), s=st.sampled_from([1, 2, 3, 4, 6]), d=st.sampled_from([1, 2, 4]),
+       b=st.sampled_from([1, 2, 4]), k=st.integers(1, 6), schedule=st.sampled_from(["1f1b", "gpipe", "zb-h1",
+                                                                                        "interleaved-1f1b"]),
+       v=st.sampled_from([2, 3]), recompute=st.sampled_from(["none", "selective", "full"]),
+       zero=st.integers(0, 3), overlap=st.booleans(), flash=st.booleans())
+def test_random_plans_keep_the_step_s_invariants(t, s, d, b, k, schedule, v, recompute, zero, overlap, flash):
+    """Property: on random plans, no rank ends before its own work, the step is at least its lower bound and its
+    parts, sequence parallelism never costs time or memory, and each ZeRO stage holds less than the one before."""
+    m = s * k
+    v = v if schedule == "interleaved-1f1b" else 1
+    cluster = GpuCluster(A100, 192, 8, 25e9)
+    base = Parallelism(pipeline=s, data=d, tensor=t, microbatches=m, schedule=schedule, virtual_stages=v,
+                       recompute=recompute, zero=zero)
+    try:
+        step = simulate_scale(GPT, base, cluster, d * m * b, flash_attention=flash, overlap=overlap)
+    except ValueError as error:  # groups that straddle nodes unevenly are refused, by name
+        assert "straddle" in str(error) or "does not split evenly" in str(error)
+        assume(False)
+    assert step.compute >= m * step.rank_seconds.max() * (1 - 1e-12)
+    assert step.seconds >= step.compute + step.data_parallel + step.optimizer - 1e-12
+    assert step.seconds >= step.model_flops / (base.devices * A100.peak_flops)
+    if t > 1:
+        sp = simulate_scale(GPT, replace(base, sequence_parallel=True), cluster, d * m * b, flash_attention=flash,
+                            overlap=overlap)
+        assert sp.seconds <= step.seconds * (1 + 1e-12) and (sp.peak_memory <= step.peak_memory).all()
+    if zero < 3 and d > 1:
+        more = simulate_scale(GPT, replace(base, zero=zero + 1), cluster, d * m * b, flash_attention=flash,
+                              overlap=overlap)
+        assert (more.peak_memory < step.peak_memory).all()
