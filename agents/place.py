@@ -135,16 +135,28 @@ def main(argv: list[str] | None = None) -> int:
 
             result = placer.place(graph, cluster, args.policy, args.budget_seconds, args.zero_shot, args.seed,
                                   args.samples, step=step, passes=args.passes, on_search=searching)
-        against = None if args.zero_shot or result.interrupted else \
-            report.anneal_at_budget(graph, cluster, budget, args.seed, step, args.contiguous)
+        if args.out:  # the search's best is kept before the comparison: a stop during it loses nothing
+            with ignore_interrupts():
+                write_placement(result.placement, args.out)
+        against, stopped = None, None
+        if not (args.zero_shot or result.interrupted):
+            try:  # the line says the comparison began: a stop from then on is the comparison's
+                print(f"comparing with annealing for {budget:g} s (Ctrl-C keeps the search's placement"
+                      + (f", already in {args.out})" if args.out else ")"), flush=True)
+                against = report.anneal_at_budget(graph, cluster, budget, args.seed, step, args.contiguous)
+            except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM during the comparison: report the search alone
+                stopped = stop
         with ignore_interrupts():  # the best placement found is reported and written whole
             print(report.placement_report(graph, cluster, result, args.seed, step, against, args.contiguous))
             if args.out:
                 faster = against is not None and (against.overflow, against.makespan) < (result.overflow,
                                                                                           result.makespan)
-                write_placement(against.placement if against is not None and faster else result.placement,
-                                args.out)
+                if faster:
+                    write_placement(against.placement, args.out)
                 print(f"placement in {args.out}" + (" (the annealing's: it was faster)" if faster else ""))
+        if stopped is not None:
+            return interrupted(stopped, "the comparison with annealing was stopped; the search's best placement "
+                               + ("is in " + args.out if args.out else "is reported above"))
         if result.interrupted:
             return interrupted(Terminated() if result.terminated else KeyboardInterrupt(),
                                f"the search stopped after {result.seconds:.1f} s; the best placement found so far "

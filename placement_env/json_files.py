@@ -101,7 +101,15 @@ def replace_atomically(path: str | os.PathLike) -> Iterator[Path]:
     removed otherwise): a reader, or a kill at any moment, sees the old file or the new one, never a part of one.
     The temporary name keeps ``path``'s suffix, for writers that choose a format by it (matplotlib). A ``path``
     that is a symbolic link keeps its link (the file it names is replaced), and a file replaced keeps its
-    permissions."""
+    permissions. Only regular files (and new paths) are replaced: a ``path`` that is, or links to, a character
+    device, a pipe or a socket (``/dev/null``, ``/dev/stdout``, a FIFO) is written through as it is, never replaced."""
+    try:
+        mode: int | None = os.stat(path).st_mode  # follows links: what a write to ``path`` reaches
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        yield Path(path)  # a device or a pipe takes the bytes as they come: nothing to rename, nothing to remove
+        return
     path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     temporary = temporary_path(path)
     try:

@@ -1,0 +1,78 @@
+"""The fifth reliability round (issue 63 point 5): each item a test that fails without its fix."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import threading
+
+import pytest
+
+
+# ------------------------------------------------------------------------------ --out to devices and pipes
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a character device (mknod) needs root")
+def test_an_out_that_is_a_device_is_written_through_never_replaced(tmp_path):
+    from placement_env.json_files import write_json_file, write_text_atomically
+
+    null = tmp_path / "null"
+    os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a private /dev/null
+    link = tmp_path / "to-null.json"
+    link.symlink_to(null)
+    for target in (null, link):
+        write_text_atomically(target, "{}")
+        write_json_file({"a": 1}, target)
+    assert stat.S_ISCHR(os.stat(null).st_mode) and link.is_symlink()
+    assert not [p for p in tmp_path.iterdir() if p.name not in ("null", "to-null.json")]  # no temporary left
+
+
+def test_an_out_that_is_a_pipe_gets_the_bytes(tmp_path):
+    from placement_env.json_files import write_text_atomically
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_text_atomically(fifo, "through the pipe")
+    reader.join(timeout=30)
+    assert got == ["through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_out_dev_stdout_into_a_pipe():
+    run = subprocess.run([sys.executable, "-m", "placement_env", "plan", "--shape",
+                          '{"layers": 4, "hidden": 256, "heads": 4}', "--devices", "8", "--device-kind",
+                          "a100-nvlink", "--batch", "16", "--export", "device-mesh", "--out", "/dev/stdout"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert '"mesh_dim_names"' in run.stdout
+
+
+# ------------------------------------------------------------------------------ agents.place's comparison
+
+@pytest.mark.parametrize("signum, status", [(2, 130), (15, 143)])
+def test_a_stop_during_the_comparison_keeps_the_search_s_placement(tmp_path, signum, status):
+    import signal
+
+    from placement_env import Cluster, load_graph, simulate
+    from placement_env.graph.placement_io import read_placement
+
+    out = tmp_path / "placement.json"
+    process = subprocess.Popen([sys.executable, "-m", "agents.place", "--graph", "cifar10/0", "--devices", "3",
+                                "--budget-seconds", "1", "--out", str(out)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    while line and not line.startswith("comparing with annealing"):  # an event: the comparison has begun
+        line = process.stdout.readline()
+    assert line.startswith("comparing with annealing"), process.stderr.read() if process.stderr else ""
+    process.send_signal(signal.Signals(signum))
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == status, stderr
+    assert "the comparison with annealing was stopped; the search's best placement is in" in stderr
+    assert len(stderr.strip().splitlines()) == 1
+    graph = load_graph("cifar10/0")
+    assert simulate(graph, read_placement(out, graph), Cluster.preset("p100", 3)).makespan > 0
