@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.out:
                 faster = against is not None and (against.overflow, against.makespan) < (result.overflow,
                                                                                           result.makespan)
-                if faster:
+                if against is not None and faster:
                     write_placement(against.placement, args.out)
                 print(f"placement in {args.out}" + (" (the annealing's: it was faster)" if faster else ""))
         if stopped is not None:

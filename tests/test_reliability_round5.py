@@ -10,7 +10,6 @@ import threading
 
 import pytest
 
-
 # ------------------------------------------------------------------------------ --out to devices and pipes
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a character device (mknod) needs root")
