@@ -11,21 +11,54 @@ and what :func:`~placement_env.runtime.local_cluster.local_cluster` measures.
 
 from __future__ import annotations
 
+import ast
 import multiprocessing as mp
 import os
 import queue
 import signal
 import socket
+import sys
 import time
 import traceback
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from placement_env.child_processes import exit_with_parent
 
-WORKER_TIMEOUT_S = 600.0
-"""A worker that has not reported after this long is killed and the run fails (a hang is an error)."""
+WORKER_SILENCE_S = 600.0
+"""A worker silent this long (no :func:`heartbeat`, no result) is taken as stalled: every worker is killed and the
+run fails naming it and what it last said. A run may last any time as long as its workers speak; the environment
+variable ``PLACEMENT_WORKER_SILENCE_S`` sets another bound (seconds)."""
+
+_beats: Any = None  # in a worker: the queue its heartbeats go to
+
+
+def heartbeat(what: str) -> None:
+    """Say, from inside a worker's job, that it is alive and doing ``what`` (``"step 3"``): the driver resets the
+    worker's silence clock (:data:`WORKER_SILENCE_S`) and names ``what`` if it then stalls. Does nothing outside a
+    worker."""
+    if _beats is not None:
+        _beats.put((_rank, None, what))
+
+
+_rank = -1
+
+
+def silence_bound() -> float:
+    """:data:`WORKER_SILENCE_S`, or the environment's ``PLACEMENT_WORKER_SILENCE_S``; ``ValueError`` naming a bad
+    value."""
+    text = os.environ.get("PLACEMENT_WORKER_SILENCE_S")
+    if text is None:
+        return WORKER_SILENCE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"PLACEMENT_WORKER_SILENCE_S must be a number of seconds > 0, got {text!r}")
+    return value
 
 
 def free_port() -> int:
@@ -37,8 +70,11 @@ def free_port() -> int:
 
 def _entry(rank: int, world: int, port: int, job: Callable[..., Any], payload: Any, results: Any,
            parent: int, backend: str) -> None:
+    global _beats, _rank
     exit_with_parent(parent)  # no worker outlives its driver, even one killed by SIGKILL
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to answer: it ends the workers
+    _beats, _rank = results, rank
+    heartbeat("starting")
     try:
         import torch
         import torch.distributed as dist
@@ -51,6 +87,42 @@ def _entry(rank: int, world: int, port: int, job: Callable[..., Any], payload: A
             dist.destroy_process_group()
     except BaseException as error:  # noqa: BLE001 - reported to the parent, which raises it
         results.put((rank, False, f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=6)}"))
+
+
+def check_main_guard() -> None:
+    """``ValueError`` when this call comes from the top level of the ``__main__`` script (or ``-m`` module): spawned
+    workers import it again, so they would start workers of their own and die; the message says what to add."""
+    main = sys.modules.get("__main__")
+    if main is None or not (getattr(main, "__file__", None) or getattr(main, "__spec__", None)):
+        return  # python -c, an interactive session, a notebook: nothing the workers would import again
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals is vars(main) and frame.f_code.co_name == "<module>" \
+                and not _under_main_guard(getattr(main, "__file__", None), frame.f_lineno):
+            where = getattr(main, "__file__", None) or main.__spec__.name  # type: ignore[union-attr]
+            raise ValueError(f"local workers are started from the top level of {where} (line {frame.f_lineno}): "
+                             "each worker imports that script again and would start workers of its own. Put the "
+                             "call under 'if __name__ == \"__main__\":' (docs/runtime.md, local workers)")
+        frame = frame.f_back  # type: ignore[assignment]
+
+
+def _under_main_guard(path: str | None, line: int) -> bool:
+    """Whether ``line`` of the script ``path`` lies in an ``if __name__ == "__main__":`` block (True when the
+    script cannot be read: then nothing is claimed)."""
+    try:
+        tree = ast.parse(Path(path).read_text()) if path else None
+    except (OSError, SyntaxError, ValueError):
+        return True
+    if tree is None:
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and node.lineno <= line <= (
+                node.end_lineno or node.lineno):
+            names = [node.test.left, *node.test.comparators]
+            if any(isinstance(n, ast.Name) and n.id == "__name__" for n in names) and any(
+                    isinstance(n, ast.Constant) and n.value == "__main__" for n in names):
+                return True
+    return False
 
 
 def check_local_workers(num_workers: int) -> None:
@@ -71,10 +143,15 @@ def run_on_local_workers(num_workers: int, job: Callable[[int, int, Any], Any], 
 
     ``job`` must be a module-level function and ``payload`` picklable (spawned processes import them).
 
+    A job says it is alive with :func:`heartbeat`; the run has no bound on its length, only on a worker's silence
+    (:func:`silence_bound`).
+
     Raises:
-        RuntimeError: a worker failed (its error and the last frames of its traceback) or did not report within
-            :data:`WORKER_TIMEOUT_S`.
+        RuntimeError: a worker failed (its error and the last frames of its traceback), or was silent longer than
+            :func:`silence_bound` (named, with what it last said).
     """
+    silence = silence_bound()
+    check_main_guard()
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
@@ -92,19 +169,25 @@ def run_on_local_workers(num_workers: int, job: Callable[[int, int, Any], Any], 
         else:
             os.environ["OMP_NUM_THREADS"] = saved
     out: dict[int, Any] = {}
+    heard = {rank: (time.monotonic(), "starting") for rank in range(num_workers)}
     finished = False
     try:
-        waited = 0.0
         while len(out) < num_workers:
             try:
-                rank, ok, value = results.get(timeout=1.0)
+                rank, ok, value = results.get(timeout=min(1.0, silence / 4))
             except queue.Empty:
-                waited += 1.0
                 dead = _dead(procs, out)
                 if dead is not None:
                     raise RuntimeError(dead) from None
-                if waited >= WORKER_TIMEOUT_S:
-                    raise RuntimeError(f"local workers did not report within {WORKER_TIMEOUT_S:g} s") from None
+                now = time.monotonic()
+                stalled = [(now - at, r, what) for r, (at, what) in heard.items() if r not in out]
+                quiet, r, what = max(stalled)
+                if quiet >= silence:
+                    raise RuntimeError(f"local worker {r} stalled: silent for {quiet:.0f} s since it said "
+                                       f"{what!r} (the bound: PLACEMENT_WORKER_SILENCE_S, {silence:g} s)") from None
+                continue
+            if ok is None:  # a heartbeat
+                heard[rank] = (time.monotonic(), value)
                 continue
             if not ok:  # a worker killed from outside makes the others fail on its closed connections: blame it
                 deadline = time.monotonic() + DEATH_GRACE_S

@@ -53,7 +53,7 @@ from placement_env.parallelism import SCHEDULES, data_pipeline_mesh, schedules_f
 from placement_env.plan.pipeline_plan import PipelinePlan
 
 from .live_bytes import LiveBytes
-from .local_workers import check_local_workers, run_on_local_workers
+from .local_workers import check_local_workers, heartbeat, run_on_local_workers
 
 SCHEDULE_CLASSES = {name: str(SCHEDULES[name].runner) for name in schedules_for("runner")}
 """The ``torch.distributed.pipelining`` schedule that runs each of the plan's schedules."""
@@ -320,7 +320,8 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
         return seconds, [float(x.detach().float().mean()) for x in losses]
 
     times, step_losses = [], []
-    for _ in range(job.steps):
+    for k in range(job.steps):
+        heartbeat(f"stage {stage_index} of replica {replica}, step {k + 1} of {job.steps}")
         seconds, losses = step(update=True)
         times.append(seconds)
         step_losses.append(statistics.fmean(losses) if losses else float("nan"))

@@ -13,6 +13,7 @@ import torch.utils._pytree as pytree
 from placement_env.importers.pytorch import trace_model
 
 from .live_bytes import LiveBytes
+from .local_workers import heartbeat
 from .placed_program import _attr
 
 
@@ -158,9 +159,11 @@ def run_worker(rank: int, world: int, payload: Any) -> dict:
             w.wait()
         return t0, time.perf_counter(), busy
 
+    heartbeat(f"device {rank}: warm-up step")
     step()  # warm-up
     starts, ends, busies = [], [], []
-    for _ in range(repeats):
+    for k in range(repeats):
+        heartbeat(f"device {rank}: timed step {k + 1} of {repeats}")
         t0, t1, busy = step()
         starts.append(t0)
         ends.append(t1)
