@@ -26,6 +26,10 @@ imports the layers below them, and torch is only needed to trace a model.
 
 from __future__ import annotations
 
+from placement_env.numba_cache import configure_numba_cache
+
+configure_numba_cache()  # before any kernel compiles: a read-only install still finds a cache
+
 from typing import TYPE_CHECKING
 
 from placement_env.cluster import DEVICE_KINDS, Cluster, Device

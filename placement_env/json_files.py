@@ -59,6 +59,8 @@ def read_json_file(path: str | os.PathLike) -> Any:
         raise FileNotFoundError(f"no such file: {str(path)!r}")
     if path.is_dir():
         raise ValueError(f"{str(path)!r} is a directory, not a JSON file")
+    if not path.is_file():  # a FIFO would block the read until a writer came; a device never ends
+        raise ValueError(f"{str(path)!r} is not a regular file (a pipe, a device or a socket), not a JSON file")
     limit = max_json_bytes()
     try:
         opener = gzip.open if path.name.endswith(".gz") else open

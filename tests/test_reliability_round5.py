@@ -7,7 +7,9 @@ import stat
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 # ------------------------------------------------------------------------------ --out to devices and pipes
@@ -136,3 +138,115 @@ def test_a_script_without_a_main_guard_is_told_what_to_add(tmp_path):
                        "if __name__ == '__main__':\n    print(run_on_local_workers(2, job, None))\n")
     done = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[0, 1]", done.stderr
+
+
+# ------------------------------------------------------------------------------ calibration
+
+def test_a_calibration_that_must_avoid_every_placement_is_refused_not_looped():
+    from placement_env import layered_dag
+    from placement_env.runtime.step_calibration import calibration_placement
+
+    graph = layered_dag(0, training=False, num_ops=3)  # 3 units: 6 placements on two devices
+    every = {tuple(graph.expand_unit_placement((code >> np.arange(graph.num_units)) & 1).tolist())
+             for code in range(1, 2**graph.num_units - 1)}
+    assert len(every) == 2**graph.num_units - 2
+    with pytest.raises(ValueError, match="avoid holds every placement of graph"):
+        calibration_placement(graph, every)
+    last = sorted(every)[0]
+    assert tuple(calibration_placement(graph, every - {last}).tolist()) == last
+
+
+# ------------------------------------------------------------------------------ plan files and their runs
+
+@pytest.fixture(scope="module")
+def plan_data():
+    from placement_env import Cluster, load_graph, plan_from_placement
+
+    graph = load_graph("gpt2")
+    plan = plan_from_placement(graph, np.zeros(graph.num_nodes, dtype=np.int64), Cluster.preset("a100-nvlink", 1))
+    return plan.to_dict()
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    (lambda d: d.update(virtual_stage=2), "unknown field 'virtual_stage'"),
+    (lambda d: d["stages"][0].update(recomptue=True), "stage 0: unknown field 'recomptue'"),
+    (lambda d: d.update(microbatches=1_000_000), "1000000 micro-batches = 1000000 do not divide the plan's batch"),
+    (lambda d: d.update(param_factor=float("nan")), "param_factor must be a finite number >= 0"),
+    (lambda d: d.update(param_factor=-100.0), "param_factor must be a finite number >= 0"),
+])
+def test_a_plan_file_with_a_wrong_field_is_refused_by_name(plan_data, change, named):
+    import copy
+
+    from placement_env import PipelinePlan
+
+    data = copy.deepcopy(plan_data)
+    change(data)
+    with pytest.raises(ValueError, match=named):
+        PipelinePlan.from_dict(data, source="p.json")
+
+
+def test_a_plan_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    from placement_env import PipelinePlan
+
+    fifo = tmp_path / "plan.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="is not a regular file"):
+        PipelinePlan.from_json(fifo)
+
+
+def test_the_planner_refuses_a_bad_param_factor():
+    from placement_env import Cluster, load_graph, search_plan
+
+    for bad in (float("nan"), -100.0):
+        with pytest.raises(ValueError, match="param_factor"):
+            search_plan(load_graph("gpt2"), Cluster.preset("a100-nvlink", 2), param_factor=bad)
+
+
+def test_local_workers_are_bounded_by_the_machine():
+    from placement_env.runtime.local_workers import check_local_workers, max_local_workers
+
+    most = max_local_workers()
+    assert most >= 8
+    with pytest.raises(ValueError, match=f"1000 local workers: this machine runs at most {most}"):
+        check_local_workers(1000)
+
+
+# ------------------------------------------------------------------------------ a read-only install
+
+def test_a_read_only_install_and_home_cache_the_kernels_in_the_temporary_folder(tmp_path, monkeypatch):
+    from placement_env.numba_cache import configure_numba_cache
+
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setitem(sys.modules, "numba.core.config", None)  # as if numba were not loaded yet
+    del sys.modules["numba.core.config"]
+    read_only = {tmp_path / "site" / "__pycache__", tmp_path / "home" / ".cache" / "numba"}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home" / ".cache"))
+    with pytest.warns(RuntimeWarning, match="numba's kernels are cached in"):
+        chosen = configure_numba_cache(tmp_path / "site", writable=lambda folder: folder not in read_only)
+    assert chosen is not None and os.environ["NUMBA_CACHE_DIR"] == chosen
+    monkeypatch.delenv("NUMBA_CACHE_DIR")
+    with pytest.warns(RuntimeWarning, match="no writable folder for numba's cache"):
+        assert configure_numba_cache(tmp_path / "site", writable=lambda folder: False) is None
+    assert configure_numba_cache(tmp_path / "site", writable=lambda folder: True) is None  # a writable install
+
+
+def test_the_fallback_cache_serves_numba_in_a_fresh_process(tmp_path):
+    """End to end: with the install's and the home's cache folders unwritable (as a read-only install under a
+    read-only home), import placement_env and run a simulation."""
+    path = Path(__file__).resolve().parents[1] / "placement_env" / "numba_cache.py"
+    code = ("import importlib.util, os, sys, warnings\n"
+            f"spec = importlib.util.spec_from_file_location('placement_env.numba_cache', {str(path)!r})\n"
+            "c = importlib.util.module_from_spec(spec); spec.loader.exec_module(c)\n"
+            "real = c._writable\n"
+            "c.configure_numba_cache.__defaults__ = (c.PACKAGE, lambda f: False if ('__pycache__' in str(f) or "
+            "'.cache' in str(f)) else real(f))\n"
+            "sys.modules['placement_env.numba_cache'] = c  # what placement_env's first line imports\n"
+            "warnings.simplefilter('ignore')\n"
+            "import placement_env as pe\n"
+            "g = pe.load_graph('default'); c3 = pe.Cluster.preset('p100', 3)\n"
+            "print(os.environ.get('NUMBA_CACHE_DIR'), pe.simulate(g, [0] * g.num_nodes, c3).makespan > 0)\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert run.returncode == 0, run.stderr
+    folder, ok = run.stdout.split()
+    assert "placement_env-numba" in folder and ok == "True"

@@ -184,6 +184,10 @@ class PipelinePlan:
             raise ValueError(f"{source}: plan version {data.get('version')!r}, this version reads "
                              f"{', '.join(map(str, READABLE_VERSIONS))}")
         get = _Fields(data, source)
+        _no_unknown_fields(data, PLAN_FIELDS, source)
+        for k, raw in enumerate(data.get("stages") or []):
+            if isinstance(raw, dict):
+                _no_unknown_fields(raw, STAGE_FIELDS, f"{source}: stage {k}")
         num_devices = get.count("num_devices")
         replicas = get.count("replicas") if "replicas" in data else 1
         virtual = get.count("virtual_stages") if "virtual_stages" in data else 1
@@ -240,10 +244,31 @@ class PipelinePlan:
         batch = data.get("batch")
         if batch is not None:
             batch = get.count("batch")
+            if batch % (replicas * microbatches):
+                raise ValueError(f"{source}: {replicas} replicas x {microbatches} micro-batches = "
+                                 f"{replicas * microbatches} do not divide the plan's batch of {batch}")
+        param_factor = get.number("param_factor")
+        if not (math.isfinite(param_factor) and param_factor >= 0):
+            raise ValueError(f"{source}: param_factor must be a finite number >= 0, got {param_factor!r}")
         unused = [int(d) for d in get.array("unused_devices")]
         return cls(get.text("graph"), get.text("graph_digest"), batch, get.text("cluster"), num_devices,
                    microbatches, schedule, stages, tied, get.number("simulated_step_seconds"),
-                   get.number("param_factor"), unused, get.texts("notes"), replicas, virtual)
+                   param_factor, unused, get.texts("notes"), replicas, virtual)
+
+
+PLAN_FIELDS = {"format", "version", "graph", "graph_digest", "batch", "cluster", "num_devices", "microbatches",
+               "schedule", "stages", "tied", "simulated_step_seconds", "param_factor", "unused_devices", "notes",
+               "replicas", "virtual_stages", "split_spec", "parts"}
+STAGE_FIELDS = {"rank", "device", "begins_at", "layers", "ops", "parameter_bytes", "simulated_peak_memory",
+                "replica_devices", "recompute"}
+
+
+def _no_unknown_fields(data: dict, known: set[str], where: str) -> None:
+    """``ValueError`` naming a field of ``data`` not in ``known`` (a misspelt field is an error, as in the graph and
+    cluster files, not a silent default)."""
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown field {unknown[0]!r} (a plan's fields: {', '.join(sorted(known))})")
 
 
 class _Fields:

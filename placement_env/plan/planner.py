@@ -37,7 +37,7 @@ from placement_env.cluster import Cluster
 from placement_env.deprecation import deprecated_function, deprecated_names
 from placement_env.graph.io import graph_digest
 from placement_env.graph.model import ComputationGraph
-from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
+from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, checked_param_factor
 
 from .cuts import in_flight, layer_cut, recompute_choice
 from .layers import ChunkCosts, LayerTable, layer_table, placement_of_layers
@@ -139,6 +139,7 @@ def search_plan(graph: ComputationGraph, cluster: Cluster, *, stages: int | None
             length), or no configuration that fits in memory (the closest is named).
     """
     began = time.perf_counter()
+    param_factor = checked_param_factor(param_factor)
     table = layer_table(graph, layer_sequence(graph), batch, block_layers(graph))
     n, layers = cluster.num_devices, len(table)
     configs = _configurations(table, cluster, stages, replicas, microbatches, schedule, virtual_stages, recompute,

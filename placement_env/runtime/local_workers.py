@@ -125,9 +125,30 @@ def _under_main_guard(path: str | None, line: int) -> bool:
     return False
 
 
+WORKERS_A_CORE = 4
+WORKER_BYTES = 512 * 2**20
+"""What one local worker holds at least (an interpreter with torch and its process group: about 480 MB)."""
+
+
+def max_local_workers() -> int:
+    """The most local workers this machine runs: :data:`WORKERS_A_CORE` a core, at least 8, and no more than its
+    memory holds at :data:`WORKER_BYTES` each."""
+    try:
+        memory = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        memory = 16 << 30
+    return max(1, min(max(8, WORKERS_A_CORE * (os.cpu_count() or 1)), memory // WORKER_BYTES))
+
+
 def check_local_workers(num_workers: int) -> None:
-    """Warn when ``num_workers`` one-thread workers outnumber this machine's cores (their timings share cores)."""
+    """``ValueError`` when ``num_workers`` is more than this machine runs (:func:`max_local_workers`); a warning
+    when they outnumber its cores (their timings share cores)."""
     cores = os.cpu_count() or 1
+    most = max_local_workers()
+    if num_workers > most:
+        raise ValueError(f"{num_workers} local workers: this machine runs at most {most} ({WORKERS_A_CORE} a core, "
+                         f"{WORKER_BYTES >> 20} MiB each, of its {cores} cores and its memory); run the plan on "
+                         "CUDA devices or under torchrun")
     if num_workers > cores:
         warnings.warn(f"{num_workers} local devices on {cores} core(s): the workers share cores, so their times "
                       "include each other's work", RuntimeWarning, stacklevel=3)

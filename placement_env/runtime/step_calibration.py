@@ -35,22 +35,34 @@ from .runtime_overheads import RuntimeOverheads, eager_seconds, fitted
 CALIBRATION_SEED = 1_000_003
 
 
+RANDOM_DRAWS = 1000
+"""Random placements drawn before the calibration's placement is looked for in order (or refused)."""
+
+
 def calibration_placement(graph: ComputationGraph, avoid: Collection[tuple[int, ...]] = ()) -> np.ndarray:
     """A device (0 or 1) per op of ``graph``: its units drawn at random (seed :data:`CALIBRATION_SEED`, then the
     next seeds), using both devices and none of the placements in ``avoid`` (the ones a table judges).
 
     Raises:
-        ValueError: a graph of one unit (no placement uses two devices).
+        ValueError: a graph of one unit (no placement uses two devices), or ``avoid`` holding every placement of
+            its units on two devices.
     """
-    if graph.num_units < 2:
+    count = graph.num_units
+    if count < 2:
         raise ValueError(f"graph {graph.name!r} has one placement unit: no placement of it uses two devices")
-    seed = CALIBRATION_SEED
-    while True:
-        units = np.random.default_rng(seed).integers(0, 2, graph.num_units)
+    for seed in range(CALIBRATION_SEED, CALIBRATION_SEED + RANDOM_DRAWS):
+        units = np.random.default_rng(seed).integers(0, 2, count)
         placement = graph.expand_unit_placement(units)
-        if 0 < units.sum() < graph.num_units and tuple(placement.tolist()) not in avoid:
+        if 0 < units.sum() < count and tuple(placement.tolist()) not in avoid:
             return placement
-        seed += 1
+    if count <= 20:  # few units: every two-device placement, in order
+        for code in range(1, 2**count - 1):
+            units = (code >> np.arange(count)) & 1
+            placement = graph.expand_unit_placement(units)
+            if tuple(placement.tolist()) not in avoid:
+                return placement
+    raise ValueError(f"avoid holds every placement of graph {graph.name!r}'s {count} units on two devices that "
+                     f"{RANDOM_DRAWS} random draws reached: nothing is left to calibrate on")
 
 
 def calibrate_step(model: nn.Module, inputs: tuple, kwargs: dict, graph: ComputationGraph, cluster: Cluster, *,
