@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from placement_env import Cluster, load_graph
-from placement_env.plan.cut_kernel import bottleneck_cut_kernel
-from placement_env.plan.cuts import bottleneck_cut
+from placement_env.plan.cuts import bottleneck_cut, cut_prefix
 from placement_env.plan.pipeline_plan import PipelinePlan
 from placement_env.plan.plan_step import simulate_plan
 from placement_env.plan.planner import hand_plan, search_plan
@@ -44,15 +43,12 @@ def test_the_greedy_bottleneck_cut_is_the_brute_force_optimum(seed):
         assert found is not None
         value = max((prefix[b] - prefix[a]) / speed[c] for c, (a, b) in enumerate(zip(found, found[1:])))
         assert value == pytest.approx(best, rel=1e-3)
-    # the compiled search on the same costs as tables gives the same cut
-    costs = np.full((k, layers, layers + 1), np.inf)
-    fitting = np.zeros((k, layers, layers + 1), dtype=bool)
-    for c in range(k):
-        for a in range(layers):
-            costs[c, a, a + 1:] = cost(c, a)
-            fitting[c, a, a + 1:] = fits(c, a)
-    ok, parts = bottleneck_cut_kernel(costs, np.arange(k), fitting, np.arange(k), np.ones(layers + 1, dtype=bool), k)
-    assert ok == (found is not None) and (found is None or tuple(parts.tolist()) == found)
+    # the compiled search on the same costs, as prefix sums (the weight its work and its parameters, the cap its
+    # memory, nothing sent, nothing held), gives the same cut
+    none = np.zeros(layers + 1)
+    compiled = cut_prefix(prefix, none, prefix, none, none, speed, np.zeros(k), np.ones(k), np.zeros(k, dtype=bool),
+                          np.full(k, cap), np.zeros(k), 1.0, 1.0, 0, np.ones(layers + 1, dtype=bool), k)
+    assert compiled == found
 
 
 @pytest.fixture(scope="module")

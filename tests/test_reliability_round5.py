@@ -250,3 +250,22 @@ def test_the_fallback_cache_serves_numba_in_a_fresh_process(tmp_path):
     assert run.returncode == 0, run.stderr
     folder, ok = run.stdout.split()
     assert "placement_env-numba" in folder and ok == "True"
+
+
+# ------------------------------------------------------------------------------ the planner's reasons (issue 63, 4)
+
+def test_the_planner_names_the_real_reason_and_tries_fewer_replicas():
+    from placement_env import Cluster, load_graph, search_plan
+
+    gpt2 = load_graph("gpt2")  # traced with a batch of 8
+    wide = search_plan(gpt2, Cluster.preset("a100-nvlink", 64, per_node=8))  # 64 replicas cannot share 8 samples
+    assert wide.plan.replicas * wide.plan.microbatches <= 8 and wide.plan.replicas > 1
+    huge = search_plan(gpt2, Cluster.preset("a100-nvlink", 4096, per_node=8), batch=8, stages=1)
+    assert huge.plan.replicas == 8
+    with pytest.raises(ValueError, match="3 replicas do not divide the batch of 8"):
+        search_plan(gpt2, Cluster.preset("a100-nvlink", 8), replicas=3)
+    fixed = search_plan(gpt2, Cluster.preset("a100-nvlink", 8), microbatches=8)  # replicas open: 1 divides
+    assert fixed.plan.microbatches == 8 and 8 % (fixed.plan.replicas * 8) == 0
+    small = Cluster.preset("a100-nvlink", 2).with_memory(2**20)
+    with pytest.raises(ValueError, match="fits the memory of 2 devices .* for the largest layer alone"):
+        search_plan(gpt2, small)

@@ -64,11 +64,11 @@ def layer_cut(table: LayerTable, cluster: Cluster, name: str, k: int, s: int, d:
         size, extra = divmod(layers, k)
         return tuple(c * size + min(c, extra) for c in range(k + 1)) if k <= layers else None
     pre = table.prefix
+    zeros, k_zeros = np.zeros(layers + 1), np.zeros(k)
     if name == "parameters":  # partition_balanced: the heaviest chunk's parameters least, cut anywhere
-        weight = pre["parameter_bytes"]
-        spans = (weight[None, :] - weight[:, None])[None, :layers, :]
-        return cut_tables(spans, np.zeros(k, dtype=np.int64), np.ones(spans.shape, dtype=bool),
-                           np.zeros(k, dtype=np.int64), np.ones(layers + 1, dtype=bool), k)
+        return cut_prefix(pre["parameter_bytes"], zeros, zeros, zeros, zeros, np.ones(k), k_zeros, np.ones(k),
+                          np.zeros(k, dtype=np.bool_), np.full(k, np.inf), k_zeros, 1.0, 0.0, 3,
+                          np.ones(layers + 1, dtype=bool), k)
     q = 1.0 / (d * m)
 
     def per_micro_batch(name: str) -> np.ndarray:
@@ -79,47 +79,35 @@ def layer_cut(table: LayerTable, cluster: Cluster, name: str, k: int, s: int, d:
     if recompute:
         work = work + forward
     boundary = table.costs.boundary_bytes  # after layer i
-    inputs = np.concatenate([[table.costs.input_bytes[0]], boundary[:-1]])  # of a chunk beginning at layer i
-    span = work[None, :] - work[:, None]  # [a, b]: the layers a .. b-1
+    inputs = np.concatenate([[table.costs.input_bytes[0]], boundary[:-1], [0.0]])  # of a chunk beginning at layer i
     after = np.concatenate([[0.0], boundary])  # [b]: what a chunk ending before layer b sends on
-    cost_tables: dict[tuple, int] = {}
-    fit_tables: dict[tuple, int] = {}
-    costs: list[np.ndarray] = []
-    fits: list[np.ndarray] = []
-    cost_of, fit_of = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
-    saved = np.ceil(q * np.maximum(pre["saved_bytes"][None, :] - pre["saved_bytes"][:, None], 0.0))
-    static = (pre["parameter_bytes"][None, :] - pre["parameter_bytes"][:, None]) * param_factor
+    speed, latency, bandwidth = np.ones(k), np.zeros(k), np.ones(k)
+    sends, memory, held = np.zeros(k, dtype=np.bool_), np.zeros(k), np.zeros(k)
     for c in range(k):
         dev, nxt = devices[c % s][0], devices[(c + 1) % s][0]
-        sends = nxt != dev and c < k - 1
-        key = (float(cluster.speed[dev]), sends and float(cluster.latency[dev, nxt]),
-               sends and float(cluster.bandwidth[dev, nxt]))
-        if key not in cost_tables:
-            table_of = span / key[0]
-            if sends:
-                table_of = table_of + 2 * (key[1] + q * after[None, :] / key[2])
-            cost_tables[key] = len(costs)
-            costs.append(table_of)
-        cost_of[c] = cost_tables[key]
-        rank = c % s
-        memory = min(float(cluster.memory[dev]) for dev in devices[rank]) / v
-        held = in_flight(schedule, s, rank, m, v)
-        if (memory, held) not in fit_tables:
-            plain = static + held * saved
-            again = static + held * np.ceil(q * np.append(inputs, 0.0))[:, None] + saved
-            need = again if recompute else plain if recompute is False else np.minimum(plain, again)
-            fit_tables[memory, held] = len(fits)
-            fits.append(need <= memory)
-        fit_of[c] = fit_tables[memory, held]
-    return cut_tables(np.stack(costs)[:, :layers, :], cost_of, np.stack(fits)[:, :layers, :], fit_of,
-                       table.allowed, k)
+        sends[c] = nxt != dev and c < k - 1
+        speed[c] = float(cluster.speed[dev])
+        if sends[c]:
+            latency[c], bandwidth[c] = float(cluster.latency[dev, nxt]), float(cluster.bandwidth[dev, nxt])
+        memory[c] = min(float(cluster.memory[dev]) for dev in devices[c % s]) / v
+        held[c] = in_flight(schedule, s, c % s, m, v)
+    mode = 1 if recompute else 0 if recompute is False else 2
+    return cut_prefix(work, after, pre["parameter_bytes"], pre["saved_bytes"], inputs, speed, latency, bandwidth,
+                      sends, memory, held, q, param_factor, mode, table.allowed, k)
 
 
-def cut_tables(costs: np.ndarray, cost_of: np.ndarray, fits: np.ndarray, fit_of: np.ndarray,
-                allowed: np.ndarray, k: int) -> tuple[int, ...] | None:
-    """:func:`~placement_env.plan.cut_kernel.bottleneck_cut_kernel` as a tuple of boundaries, or None."""
-    found, parts = bottleneck_cut_kernel(np.ascontiguousarray(costs), cost_of, np.ascontiguousarray(fits), fit_of,
-                                         allowed, k)
+def cut_prefix(work: np.ndarray, after: np.ndarray, params: np.ndarray, saved: np.ndarray, inputs: np.ndarray,
+               speed: np.ndarray, latency: np.ndarray, bandwidth: np.ndarray, sends: np.ndarray, memory: np.ndarray,
+               held: np.ndarray, q: float, param_factor: float, mode: int, allowed: np.ndarray,
+               k: int) -> tuple[int, ...] | None:
+    """:func:`~placement_env.plan.cut_kernel.bottleneck_cut_kernel` (its arguments) as a tuple of boundaries, or
+    None when no cut fits."""
+    as_float = [np.ascontiguousarray(x, dtype=np.float64) for x in (work, after, params, saved, inputs, speed,
+                                                                     latency, bandwidth)]
+    found, parts = bottleneck_cut_kernel(*as_float, np.ascontiguousarray(sends, dtype=np.bool_),
+                                         np.ascontiguousarray(memory, dtype=np.float64),
+                                         np.ascontiguousarray(held, dtype=np.float64), float(q), float(param_factor),
+                                         int(mode), np.ascontiguousarray(allowed, dtype=np.bool_), int(k))
     return tuple(int(x) for x in parts) if found else None
 
 
@@ -181,4 +169,4 @@ def bottleneck_cut(layers: int, k: int, cost, fits, allowed: np.ndarray | None =
     return best
 
 
-__all__ = ["bottleneck_cut", "cut_tables", "in_flight", "layer_cut", "rank_memory", "recompute_choice"]
+__all__ = ["bottleneck_cut", "cut_prefix", "in_flight", "layer_cut", "rank_memory", "recompute_choice"]

@@ -142,14 +142,19 @@ def search_plan(graph: ComputationGraph, cluster: Cluster, *, stages: int | None
     param_factor = checked_param_factor(param_factor)
     table = layer_table(graph, layer_sequence(graph), batch, block_layers(graph))
     n, layers = cluster.num_devices, len(table)
+    reasons: list[str] = []
     configs = _configurations(table, cluster, stages, replicas, microbatches, schedule, virtual_stages, recompute,
-                              split, layout, param_factor)
+                              split, layout, param_factor, reasons)
     if not configs:
-        spread = float(table.costs.parameter_bytes.sum()) * param_factor / n
+        if reasons and CUT not in reasons:  # nothing reached a cut: the batch, the schedule or the layers said no
+            more = f" (and {len(reasons) - 1} other configurations, likewise)" if len(reasons) > 1 else ""
+            raise ValueError(f"no plan of graph {graph.name!r} ({layers} layers) on {n} devices with the choices "
+                             f"given: {reasons[0]}{more}")
+        least = float(table.costs.parameter_bytes.max()) * param_factor
         raise ValueError(f"no plan of graph {graph.name!r} ({layers} layers) fits the memory of {n} devices "
-                         f"({float(cluster.memory.min()) / 2**30:.2f} GiB the smallest) with the choices given: its "
-                         f"parameters and optimizer state alone, spread over every device, take "
-                         f"{spread / 2**30:.2f} GiB a device, and each stage holds activations besides")
+                         f"({float(cluster.memory.min()) / 2**30:.2f} GiB the smallest) with the choices given: "
+                         f"every stage holds its layers' parameters and optimizer state ({least / 2**30:.2f} GiB for "
+                         "the largest layer alone) and the activations of the micro-batches in flight")
     configs.sort(key=lambda c: c.estimate)
     best: tuple[float, _Config, PlanStep] | None = None
     closest: tuple[float, _Config] | None = None
@@ -217,8 +222,9 @@ def _devices(ranks: int, replicas: int, layout: str) -> tuple[tuple[int, ...], .
 def _configurations(table: LayerTable, cluster: Cluster, stages: int | None, replicas: int | None,
                     microbatches: int | None, schedule: str | None, virtual_stages: int | None,
                     recompute: bool | None, split: str | Sequence[int] | None, layout: str | None,
-                    param_factor: float) -> list[_Config]:
-    """Every configuration left open, estimated (module docstring, steps 2 and 3)."""
+                    param_factor: float, reasons: list[str]) -> list[_Config]:
+    """Every configuration left open, estimated (module docstring, steps 2 and 3); why a configuration of the
+    choices given cannot be run at all goes to ``reasons``."""
     n, layers, batch = cluster.num_devices, len(table), table.costs.batch
     _check_fixed(n, layers, table.max_chunks, batch, stages, replicas, microbatches, schedule, virtual_stages, split,
                  layout)
@@ -226,16 +232,23 @@ def _configurations(table: LayerTable, cluster: Cluster, stages: int | None, rep
     for s in range(1, min(n, table.max_chunks) + 1):
         if stages is not None and s != stages:
             continue
-        for d in ([replicas] if replicas is not None else sorted({n // s, *([1] if stages is not None else [])})):
+        for d in ([replicas] if replicas is not None else _replica_counts(n // s, batch, stages is not None)):
             if d >= 1 and s * d <= n:
                 pairs.append((s, d))
     found = []
     for s, d in pairs:
         if microbatches is not None:
-            ms = [microbatches]
+            ms = [microbatches] if batch is None or batch % (d * microbatches) == 0 else []
+            if not ms:
+                reasons.append(f"{s} stages x {d} replicas: {d} replicas x {microbatches} micro-batches do not divide "
+                               f"the batch of {batch}")
         else:
             ms = sorted({s * f for f in MICROBATCH_FACTORS} | {2 ** j for j in range(10)})
             ms = [m for m in ms if m <= MAX_MICROBATCHES and (batch is None or batch % (d * m) == 0)]
+            if not ms:
+                reasons.append(f"{d} replicas do not divide the batch of {batch}" if batch and batch % d else
+                               f"{s} stages x {d} replicas: no micro-batch count splits a replica's share of the "
+                               f"batch of {batch}")
         schedules = [schedule] if schedule is not None else list(PLAN_SCHEDULES)
         for m, name in itertools.product(ms, schedules):
             vs = ([virtual_stages] if virtual_stages is not None else
@@ -243,12 +256,18 @@ def _configurations(table: LayerTable, cluster: Cluster, stages: int | None, rep
             for v in vs:
                 try:
                     checked_plan_schedule(name, s, v, m)
-                except ValueError:
+                except ValueError as error:
                     if schedule is not None and stages is not None and microbatches is not None:
                         raise
+                    reasons.append(f"{s} stages, {m} micro-batches: {error}")
                     continue
                 if s * v > table.max_chunks or (name == "interleaved-1f1b" and s < 2):
+                    reasons.append(f"{s} stages x {v} virtual stages: the graph's layers make at most "
+                                   f"{table.max_chunks} chunks" if s * v > table.max_chunks else
+                                   f"{name} needs 2 or more stages")
                     continue
+                if CUT not in reasons:
+                    reasons.append(CUT)  # a configuration reached the cuts: memory decides from here
                 for place in ([layout] if layout is not None else list(LAYOUTS) if d > 1 and s > 1
                               else [LAYOUTS[0]]):
                     devices = _devices(s, d, place)
@@ -256,6 +275,21 @@ def _configurations(table: LayerTable, cluster: Cluster, stages: int | None, rep
                                           param_factor):
                         found.append(config)
     return found
+
+
+CUT = "(a configuration reached the cuts)"  # in _configurations' reasons: memory, not the choices, decided
+
+
+def _replica_counts(most: int, batch: int | None, also_one: bool) -> list[int]:
+    """Replica counts to try for a stage count that leaves ``most`` devices a stage: ``most``, and the largest
+    count that divides the batch (fewer replicas than the devices allow, where the batch needs it); 1 too when the
+    stages are fixed."""
+    counts = {most, *([1] if also_one else [])}
+    if batch is not None:
+        dividing = [d for d in range(min(most, batch), 0, -1) if batch % d == 0]
+        if dividing:
+            counts.add(dividing[0])
+    return sorted(counts)
 
 
 def _check_fixed(n: int, layers: int, max_chunks: int, batch: int | None, stages: int | None, replicas: int | None,
