@@ -269,3 +269,58 @@ def test_the_planner_names_the_real_reason_and_tries_fewer_replicas():
     small = Cluster.preset("a100-nvlink", 2).with_memory(2**20)
     with pytest.raises(ValueError, match="fits the memory of 2 devices .* for the largest layer alone"):
         search_plan(gpt2, small)
+
+
+# ------------------------------------------------------------------------------ calibrate_model
+
+@pytest.fixture(scope="module")
+def mlp_and_graph():
+    torch = pytest.importorskip("torch")
+    from placement_env import from_torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(4)])
+    x = torch.randn(8, 8)  # a batch of 8: the one-stage runs go up to 8 micro-batches
+    return model, x, from_torch(model, (x,), colocate_modules=1)
+
+
+def test_calibrate_model_checks_its_input_before_measuring(mlp_and_graph, monkeypatch):
+    from placement_env import Cluster
+    from placement_env.runtime import pipeline_calibration as calibration
+
+    model, x, graph = mlp_and_graph
+    monkeypatch.setattr(calibration, "run_pipeline", lambda *a, **k: pytest.fail("measured before checking"))
+    cluster = Cluster.preset("p100", 2)
+    halves = graph.expand_unit_placement((np.arange(graph.num_units) >= graph.num_units // 2).astype(np.int64))
+    interleaved = graph.expand_unit_placement(np.arange(graph.num_units) % 2)
+    for kwargs, named in (({"rounds": 0}, "rounds must be an integer >= 1, got 0"),
+                          ({"steps": 1}, "steps must be an integer >= 2, got 1")):
+        with pytest.raises(ValueError, match=named):
+            calibration.calibrate_model(model, (x,), {}, graph, halves, cluster, **kwargs)
+    with pytest.raises(ValueError, match="contiguous"):
+        calibration.calibrate_model(model, (x,), {}, graph, interleaved, cluster)
+
+
+def test_calibrate_model_reports_its_spread_and_refuses_disagreeing_measurements(mlp_and_graph, monkeypatch):
+    from placement_env import Cluster
+    from placement_env.runtime import pipeline_calibration as calibration
+
+    model, x, graph = mlp_and_graph
+    cluster = Cluster.preset("p100", 2)
+    halves = graph.expand_unit_placement((np.arange(graph.num_units) >= graph.num_units // 2).astype(np.int64))
+    runs = iter(range(1000))
+
+    def fake_run(*args, slow: float, **kwargs):  # measurements as events: every third run `slow` times longer
+        k = next(runs)
+        seconds = 0.01 * (slow if k % 3 == 2 else 1.0)
+        return type("Run", (), {"steps": [seconds] * 5})()
+
+    heard: list[str] = []
+    monkeypatch.setattr(calibration, "eager_seconds", lambda *a, **k: 0.005)
+    monkeypatch.setattr(calibration, "run_pipeline", lambda *a, **k: fake_run(slow=2.0))
+    with pytest.raises(ValueError, match="disagree by 100%, more than the 25% it allows"):
+        calibration.calibrate_model(model, (x,), {}, graph, halves, cluster, on_progress=heard.append)
+    assert heard and heard[0].startswith("calibrate_model: round 1 of 3 took") and "in all on this machine" in heard[0]
+    monkeypatch.setattr(calibration, "run_pipeline", lambda *a, **k: fake_run(slow=1.1))
+    overheads = calibration.calibrate_model(model, (x,), {}, graph, halves, cluster)
+    assert overheads.spread == pytest.approx(0.1)

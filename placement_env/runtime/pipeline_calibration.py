@@ -27,7 +27,8 @@ What each overhead adds to the simulator's inputs: :class:`~placement_env.runtim
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -90,11 +91,13 @@ def message_latency(graph: ComputationGraph, placement: np.ndarray, cluster: Clu
 
 
 def runtime_overheads(model: nn.Module, inputs: tuple, kwargs: dict, graph: ComputationGraph, cluster: Cluster,
-                      *, rounds: int = 3, steps: int = 5,
-                      microbatches: Sequence[int] = (1, 2, 4, 8)) -> tuple[float, float]:
+                      *, rounds: int = 3, steps: int = 5, microbatches: Sequence[int] = (1, 2, 4, 8),
+                      on_round: Callable[[], None] | None = None, with_spread: bool = False) -> Any:
     """``(call_seconds, step_seconds)`` of ``run_pipeline`` on ``model`` (``graph``: its graph): the line through
     (one-stage runner - eager) over ``microbatches``, its slope per computing op of ``graph`` and its intercept
-    (each at least 0; each measured value the fastest of ``rounds`` interleaved rounds of ``steps`` steps)."""
+    (each at least 0; each measured value the fastest of ``rounds`` interleaved rounds of ``steps`` steps).
+    ``on_round`` is called after the first round; ``with_spread`` adds the runs' largest spread (slowest over
+    fastest, less 1) as a third value."""
     one = {m: plan_from_placement(graph, np.zeros(graph.num_nodes, dtype=np.int64), cluster, microbatches=m,
                             schedule="gpipe") for m in microbatches}
     runner: dict[int, list[float]] = {m: [] for m in microbatches}
@@ -104,10 +107,15 @@ def runtime_overheads(model: nn.Module, inputs: tuple, kwargs: dict, graph: Comp
             run = run_pipeline(model, inputs, one[m], steps=steps, example_kwargs=kwargs)
             runner[m].append(float(np.median(run.steps[1:])))
             eager[m].append(eager_seconds(model, inputs, kwargs, m, steps))
+        if on_round is not None and len(runner[microbatches[0]]) == 1:
+            on_round()
     extra = [min(runner[m]) - min(eager[m]) for m in microbatches]
     slope, intercept = np.polyfit(list(microbatches), extra, 1)
     calls = int(np.count_nonzero(graph.cost > 0))
-    return max(float(slope), 0.0) / calls, max(float(intercept), 0.0)
+    found = (max(float(slope), 0.0) / calls, max(float(intercept), 0.0))
+    if with_spread:
+        return (*found, max(max(values) / min(values) - 1 for values in runner.values()))
+    return found
 
 
 def tensor_cost(graph: ComputationGraph, placement: np.ndarray, cluster: Cluster, overheads: RuntimeOverheads,
@@ -121,17 +129,54 @@ def tensor_cost(graph: ComputationGraph, placement: np.ndarray, cluster: Cluster
     return fitted(simulated, measured_seconds, measured_seconds)
 
 
+MAX_CALIBRATION_SPREAD = 0.25
+"""The most a calibration's repeated measurements of one run may disagree (slowest over fastest, less 1): beyond it
+the machine was too busy for the fastest to stand for the model, and the calibration is refused."""
+
+
 def calibrate_model(model: nn.Module, inputs: tuple, kwargs: dict, graph: ComputationGraph,
                     placement: np.ndarray, cluster: Cluster, *, rounds: int = 3, steps: int = 5,
-                    microbatches: int = 2, schedule: str = "gpipe") -> RuntimeOverheads:
+                    microbatches: int = 2, schedule: str = "gpipe",
+                    on_progress: Callable[[str], None] | None = None) -> RuntimeOverheads:
     """The :class:`RuntimeOverheads` of ``run_pipeline`` on ``model`` itself (module docstring): the runtime's
     overheads from one-stage runs (:func:`runtime_overheads`), then the tensor cost fitted to the two-stage plan
     of ``placement`` run at ``microbatches`` under ``schedule`` (the fastest of ``rounds``). Run it with
-    ``torch.set_num_threads(1)``, as the workers run."""
-    call, step = runtime_overheads(model, inputs, kwargs, graph, cluster, rounds=rounds, steps=steps)
+    ``torch.set_num_threads(1)``, as the workers run.
+
+    Its time: ``rounds`` rounds of five runs (``run_pipeline`` at m = 1, 2, 4, 8 on one stage and the two-stage
+    plan, each ``steps`` steps, beside eager steps); ``on_progress`` hears, after the first round, how long that
+    round took and so about how long the whole calibration takes on this machine.
+
+    Returns:
+        The overheads, with ``spread``: how far the repeated measurements disagreed (the largest, slowest over
+        fastest less 1, of each run's ``rounds`` measurements).
+
+    Raises:
+        ValueError: before anything is measured, ``rounds`` below 1, ``steps`` below 2 (the first step is a
+            warm-up), or a placement the plan refuses (not contiguous, a module split, a bad micro-batch count or
+            schedule); after, measurements that disagree by more than :data:`MAX_CALIBRATION_SPREAD`.
+    """
+    for name, value, least in (("rounds", rounds, 1), ("steps", steps, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
     plan = plan_from_placement(graph, placement, cluster, microbatches=microbatches, schedule=schedule)
-    measured = min(float(np.median(run_pipeline(model, inputs, plan, steps=steps, example_kwargs=kwargs).steps[1:]))
-                   for _ in range(rounds))
-    overheads = RuntimeOverheads(call, step_seconds=step)
-    return replace(overheads, tensor_seconds=tensor_cost(graph, placement, cluster, overheads, measured,
+    began = time.perf_counter()
+
+    def first_round_done() -> None:
+        if on_progress is not None:
+            took = time.perf_counter() - began
+            on_progress(f"calibrate_model: round 1 of {rounds} took {took:.0f} s; about {took * rounds:.0f} s in "
+                        "all on this machine")
+
+    call, step, spread = runtime_overheads(model, inputs, kwargs, graph, cluster, rounds=rounds, steps=steps,
+                                           on_round=first_round_done, with_spread=True)
+    two = [float(np.median(run_pipeline(model, inputs, plan, steps=steps, example_kwargs=kwargs).steps[1:]))
+           for _ in range(rounds)]
+    spread = max(spread, max(two) / min(two) - 1)
+    if spread > MAX_CALIBRATION_SPREAD:
+        raise ValueError(f"the calibration's repeated measurements disagree by {spread:.0%}, more than the "
+                         f"{MAX_CALIBRATION_SPREAD:.0%} it allows: the machine is too busy to calibrate on; run it "
+                         "again when it is quiet, or with more rounds")
+    overheads = RuntimeOverheads(call, step_seconds=step, spread=spread)
+    return replace(overheads, tensor_seconds=tensor_cost(graph, placement, cluster, overheads, min(two),
                                                          microbatches, schedule))

@@ -42,6 +42,7 @@ class RuntimeOverheads:
     message_seconds: float = 0.0
     step_seconds: float = 0.0
     tensor_seconds: float = 0.0
+    spread: float = 0.0  # how far the calibration's repeated measurements disagreed (slowest / fastest - 1)
 
     def applied(self, graph: ComputationGraph, cluster: Cluster,
                 placement: Sequence[int] | np.ndarray | None = None) -> tuple[ComputationGraph, Cluster]:
