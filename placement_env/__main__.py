@@ -281,7 +281,10 @@ def model_from_factory(spec: str) -> tuple[object, tuple, dict]:
     factory = getattr(module, name, None)
     if not callable(factory):
         raise ValueError(f"--model {spec}: module {module_name!r} has no function {name!r}")
-    made = factory()
+    try:
+        made = factory()
+    except Exception as error:  # noqa: BLE001 - the user's factory failing is the user's to fix, said in one line
+        raise ValueError(f"--model {spec}: the factory raised {type(error).__name__}: {first_line(error)}") from None
     if not isinstance(made, tuple) or len(made) not in (2, 3):
         raise ValueError(f"--model {spec}: the factory must return (model, example_inputs) or (model, "
                          f"example_inputs, example_kwargs), got {type(made).__name__}")

@@ -23,6 +23,8 @@ class OneLineParser(argparse.ArgumentParser):
     other errors are."""
 
     def error(self, message: str) -> NoReturn:
+        if message.endswith("expected one argument"):  # --split -1,18: argparse takes the value for an option
+            message += " (a value that begins with '-' is given with '=': --option=-1,18)"
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2)
 

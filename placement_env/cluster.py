@@ -7,6 +7,7 @@ seconds, row = sender, column = receiver; the diagonal is ignored.
 
 from __future__ import annotations
 
+import gzip
 import math
 import os
 from collections.abc import Sequence
@@ -88,6 +89,22 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
                               400e9),
 }
 DEFAULT_KIND = "p100"
+
+
+def _objects_in(path: str | os.PathLike) -> int:
+    """How many JSON objects (``{``) a file holds, read in 1 MiB chunks (gzipped when its name ends in ``.gz``): a
+    count that needs no memory, before the file is parsed. 0 when the file cannot be read (the reader says why)."""
+    count = 0
+    if not os.path.isfile(path):  # a pipe would block: the reader refuses what is not a regular file
+        return 0
+    try:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "rb") as f:
+            while chunk := f.read(2**20):
+                count += chunk.count(b"{")
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return 0
+    return count
 
 
 def _link_matrix(label: str, values, devices: Sequence[Device]) -> np.ndarray:
@@ -339,6 +356,10 @@ class Cluster:
                 f"no such file: {path!r}; {path!r} is a device kind: for N such devices use "
                 f"Cluster.preset({path!r}, N) (--device-kind {path} --devices N on the command line, "
                 f"device_kind={path!r} in the environments)")
+        devices = _objects_in(path) - 1  # each device is a JSON object, inside the file's own: counted, not parsed
+        if devices > MAX_DEVICES:
+            raise ValueError(f"{path}: a cluster file of about {devices} devices is more than the {MAX_DEVICES} a "
+                             "cluster may have")
         return cls.from_dict(read_json_file(path), source=str(path))
 
     def to_json(self, path: str | os.PathLike) -> None:

@@ -324,3 +324,48 @@ def test_calibrate_model_reports_its_spread_and_refuses_disagreeing_measurements
     monkeypatch.setattr(calibration, "run_pipeline", lambda *a, **k: fake_run(slow=1.1))
     overheads = calibration.calibrate_model(model, (x,), {}, graph, halves, cluster)
     assert overheads.spread == pytest.approx(0.1)
+
+
+def _failing_job(rank: int, world: int, payload: None) -> int:
+    raise RuntimeError("\n  the real reason, after torch's blank first line\nmore lines")
+
+
+def test_a_worker_s_error_reaches_the_driver_by_its_first_real_line():
+    from placement_env.checks import first_line
+    from placement_env.runtime.local_workers import run_on_local_workers
+
+    with pytest.raises(RuntimeError) as caught:
+        run_on_local_workers(2, _failing_job, None)
+    assert first_line(caught.value).startswith("local worker ") and first_line(caught.value).endswith(
+        "failed: RuntimeError: the real reason, after torch's blank first line")
+
+
+# ------------------------------------------------------------------------------ command lines and files
+
+def test_a_huge_cluster_file_is_refused_by_its_count_before_it_is_parsed(tmp_path, monkeypatch):
+    import placement_env.cluster as cluster_module
+    from placement_env import Cluster
+
+    path = tmp_path / "big.json"
+    devices = ",".join('{"speed": 1, "memory_bytes": 1}' for _ in range(cluster_module.MAX_DEVICES + 1))
+    path.write_text('{"devices": [' + devices + '], "bandwidth": 1, "latency": 0}')
+    monkeypatch.setattr(cluster_module, "read_json_file", lambda p: pytest.fail("parsed before it was counted"))
+    with pytest.raises(ValueError, match=f"about {cluster_module.MAX_DEVICES + 1} devices is more than the"):
+        Cluster.from_json(path)
+
+
+def test_an_option_value_beginning_with_a_dash_is_explained():
+    run = subprocess.run([sys.executable, "-m", "placement_env", "plan", "--graph", "gpt2", "--split", "-1,18"],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 2 and "--split: expected one argument" in run.stderr and "--option=-1,18" in run.stderr
+
+
+def test_a_model_factory_that_raises_is_one_error_line(tmp_path, plan_data):
+    (tmp_path / "broken_models.py").write_text("def factory():\n    raise RuntimeError('no weights here')\n")
+    plan = tmp_path / "plan.json"
+    plan.write_text(__import__("json").dumps(plan_data))
+    run = subprocess.run([sys.executable, "-m", "placement_env", "run", "--plan", str(plan), "--model",
+                          "broken_models:factory"], capture_output=True, text=True, check=False, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert run.returncode == 2 and run.stderr.startswith("error:") and len(run.stderr.strip().splitlines()) == 1
+    assert "the factory raised RuntimeError: no weights here" in run.stderr

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from placement_env.checks import first_line
 from placement_env.child_processes import exit_with_parent
 
 WORKER_SILENCE_S = 600.0
@@ -86,7 +87,8 @@ def _entry(rank: int, world: int, port: int, job: Callable[..., Any], payload: A
         finally:
             dist.destroy_process_group()
     except BaseException as error:  # noqa: BLE001 - reported to the parent, which raises it
-        results.put((rank, False, f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=6)}"))
+        # the first line says what went wrong (torch's messages may begin with a blank line); the frames follow
+        results.put((rank, False, f"{type(error).__name__}: {first_line(error)}\n{traceback.format_exc(limit=6)}"))
 
 
 def check_main_guard() -> None:
