@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
     run.add_argument("--sgd", type=float, metavar="LR",
                      help="update the parameters with SGD at this learning rate (default: gradients only)")
+    run.add_argument("--loss", choices=("auto", "causal-lm", "sum"), default="auto",
+                     help="the last stage's loss per micro-batch: causal-lm (next-token cross-entropy against the "
+                          "input ids shifted), sum (the sum of the outputs: gradients flow, nothing is learnt); "
+                          "auto (default): causal-lm for a transformers causal LM given input_ids, else sum")
     run.add_argument("--out", metavar="FILE", help="also write the measurements as JSON there")
     planning = sub.add_parser("plan", help="plan a hybrid pipeline (stages x replicas x micro-batches x schedule x "
                                            "recomputation x layer split) for a graph with module names")
@@ -247,15 +251,26 @@ def run_plan(args: argparse.Namespace) -> int:
         raise ValueError(f"--sgd must be a finite learning rate >= 0, got {args.sgd}")
     plan = PipelinePlan.from_json(args.plan)
     model, inputs, kwargs = model_from_factory(args.model)
-    from placement_env.runtime.pipeline_runner import run_pipeline, sgd  # loads torch; other commands need none
+    from placement_env.runtime.losses import causal_lm_loss, is_causal_lm  # loads torch; other commands need none
+    from placement_env.runtime.pipeline_runner import run_pipeline, sgd
 
+    loss = args.loss
+    if loss == "auto":
+        loss = "causal-lm" if is_causal_lm(model) and "input_ids" in kwargs else "sum"
+    if loss == "causal-lm" and "input_ids" not in kwargs:
+        raise ValueError("--loss causal-lm needs the factory's example kwargs to hold input_ids (the targets)")
+    if loss == "sum" and args.sgd is not None:
+        print("warning: --sgd with the sum of the outputs as the loss drives the outputs down without bound (no "
+              "training objective); give --loss causal-lm for a language model", file=sys.stderr)
     optimizer = None if args.sgd is None else functools.partial(sgd, lr=args.sgd)
+    loss_fn, targets = (causal_lm_loss, kwargs["input_ids"]) if loss == "causal-lm" else (None, None)
     try:
-        result = run_pipeline(model, inputs, plan, steps=args.steps, example_kwargs=kwargs, optimizer=optimizer)
+        result = run_pipeline(model, inputs, plan, steps=args.steps, example_kwargs=kwargs, optimizer=optimizer,
+                              loss_fn=loss_fn, targets=targets)
     except RuntimeError as error:  # a stage failed or died: its first line says which and why
         raise ValueError(first_line(error)) from None
     print(f"plan {args.plan}: {plan.num_stages} stages, {plan.microbatches} micro-batches, {plan.schedule}; "
-          f"{args.steps} steps on {result.backend}")
+          f"{args.steps} steps on {result.backend}; loss {loss}")
     print(f"step         {result.seconds * 1e3:.3f} ms (median; spread {result.spread:.1%}; the plan's simulated "
           f"step on {plan.cluster}: {plan.simulated_step_seconds * 1e3:.3f} ms)")
     print(f"losses       {', '.join(f'{x:.6g}' for x in result.losses)}")

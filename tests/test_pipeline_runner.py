@@ -27,9 +27,9 @@ VOCAB, BATCH, SEQUENCE, MICROBATCHES = 64, 8, 8, 4
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def tiny_gpt2():
+def tiny_gpt2(layers: int = 4, width: int = 32):
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=4, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=16,
+    config = transformers.GPT2Config(n_layer=layers, n_embd=width, n_head=2, vocab_size=VOCAB, n_positions=16,
                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
                                      eos_token_id=0, use_cache=False)
     return transformers.GPT2LMHeadModel(config).train()
@@ -185,6 +185,10 @@ def test_bad_plans_and_runs_are_one_error_each(gpt2_and_graph, tmp_path):
     other = torch.nn.Sequential(torch.nn.Linear(4, 4))
     with pytest.raises(ValueError, match="which model Sequential lacks: a plan of another model"):
         run_pipeline(other, (torch.randn(8, 4),), plan)
+    for wrong in (tiny_gpt2(width=64), tiny_gpt2(layers=6)):  # the same module names: only the sizes tell
+        with pytest.raises(ValueError, match=r"whose parameters take 213,760 bytes; model GPT2LMHeadModel has "
+                                             r"[0-9,]+: a plan of another model"):
+            run_pipeline(wrong, (), plan, example_kwargs={"input_ids": ids})
     data = plan.to_dict()
     for change, message in [(lambda d: d.update(schedule="zb-v"), "unknown schedule 'zb-v'"),
                             (lambda d: d["stages"][1].update(device=5), "stage 1 is on device 5, the plan's "
@@ -224,6 +228,12 @@ def test_the_export_and_run_commands_launch_a_plan_and_refuse_bad_input_in_one_l
     assert done.returncode == 0, done.stderr
     measured = json.loads((tmp_path / "run.json").read_text())
     assert len(measured["steps"]) == 2 and len(measured["peak_memory"]) == 2 and len(measured["losses"]) == 2
+    # a causal LM trains on next-token cross-entropy (about ln 64 = 4.2 at first), not on the sum of its logits
+    assert "loss causal-lm" in done.stdout and "warning" not in done.stderr
+    assert all(3.0 < loss < 5.5 for loss in measured["losses"]), measured["losses"]
+    summed = subprocess.run([*run, "--model", "tests.test_pipeline_runner:tiny_gpt2_batch", "--steps", "1", "--sgd",
+                             "0.1", "--loss", "sum"], capture_output=True, text=True, cwd=ROOT)
+    assert summed.returncode == 0 and summed.stderr.startswith("warning: --sgd with the sum of the outputs")
     for bad, message in [(["--model", "no_such_module:f"], "cannot import 'no_such_module'"),
                          (["--model", "tests.test_pipeline_runner:nothing"], "has no function 'nothing'"),
                          (["--model", "tests.test_pipeline_runner:tiny_gpt2_batch", "--steps", "0"],

@@ -114,6 +114,8 @@ class PipelinePlan:
         replicas: D, the data-parallel replicas of the pipeline (each stage's ``devices``).
         virtual_stages: v, the chunks each pipeline rank runs: ``stages`` lists the ``S x v`` chunks in program
             order, chunk ``c`` on rank ``c mod S`` (v = 1: a stage per rank).
+        model_parameter_bytes: the bytes of the graph's parameters, each once (:func:`graph_parameter_bytes`): what the
+            runner checks a model against (None in plan files of 0.8).
     """
 
     graph: str
@@ -131,6 +133,7 @@ class PipelinePlan:
     notes: list[str] = field(default_factory=list)
     replicas: int = 1
     virtual_stages: int = 1
+    model_parameter_bytes: float | None = None
 
     @property
     def num_stages(self) -> int:
@@ -248,17 +251,16 @@ class PipelinePlan:
                 raise ValueError(f"{source}: {replicas} replicas x {microbatches} micro-batches = "
                                  f"{replicas * microbatches} do not divide the plan's batch of {batch}")
         param_factor = get.number("param_factor")
-        if not (math.isfinite(param_factor) and param_factor >= 0):
-            raise ValueError(f"{source}: param_factor must be a finite number >= 0, got {param_factor!r}")
         unused = [int(d) for d in get.array("unused_devices")]
+        model_bytes = get.number("model_parameter_bytes") if data.get("model_parameter_bytes") is not None else None
         return cls(get.text("graph"), get.text("graph_digest"), batch, get.text("cluster"), num_devices,
                    microbatches, schedule, stages, tied, get.number("simulated_step_seconds"),
-                   param_factor, unused, get.texts("notes"), replicas, virtual)
+                   param_factor, unused, get.texts("notes"), replicas, virtual, model_bytes)
 
 
 PLAN_FIELDS = {"format", "version", "graph", "graph_digest", "batch", "cluster", "num_devices", "microbatches",
                "schedule", "stages", "tied", "simulated_step_seconds", "param_factor", "unused_devices", "notes",
-               "replicas", "virtual_stages", "split_spec", "parts"}
+               "replicas", "virtual_stages", "split_spec", "parts", "model_parameter_bytes"}
 STAGE_FIELDS = {"rank", "device", "begins_at", "layers", "ops", "parameter_bytes", "simulated_peak_memory",
                 "replica_devices", "recompute"}
 
@@ -390,7 +392,14 @@ def plan_from_placement(graph: ComputationGraph, placement: Sequence[int] | np.n
         notes.append(f"parameter {group.parameter} is tied across stages {group.stages}: the runner sums its "
                      "gradients over them before the optimizer step")
     return PipelinePlan(graph.name, graph_digest(graph), graph.batch, cluster.name, cluster.num_devices, m, schedule,
-                        stages, tied, float(result.makespan), float(param_factor), unused, notes)
+                        stages, tied, float(result.makespan), float(param_factor), unused, notes,
+                        model_parameter_bytes=graph_parameter_bytes(graph))
+
+
+def graph_parameter_bytes(graph: ComputationGraph) -> float:
+    """The bytes of ``graph``'s parameters, each counted once (its forward ops' own and its shared ``parameter``
+    ops'): for a traced model, the bytes of the model's distinct parameters."""
+    return float(sum(node.param_bytes for node in graph.nodes if node.phase in (None, "forward")))
 
 
 def _parameter_readers(graph: ComputationGraph, p: np.ndarray, rank_of: dict[int, int]) -> dict[int, set[int]]:

@@ -42,7 +42,7 @@ from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, checked_param_fact
 from .cuts import in_flight, layer_cut, recompute_choice
 from .layers import ChunkCosts, LayerTable, layer_table, placement_of_layers
 from .module_tree import block_layers, layer_sequence
-from .pipeline_plan import PipelinePlan, PlanStage, TiedGroup
+from .pipeline_plan import PipelinePlan, PlanStage, TiedGroup, graph_parameter_bytes
 from .plan_step import PlanLayout, PlanStep, ring_seconds, simulate_layout
 from .schedules import PLAN_SCHEDULES, SPLIT_BACKWARD, checked_plan_schedule
 
@@ -425,7 +425,7 @@ def _plan(graph: ComputationGraph, cluster: Cluster, table: LayerTable, config: 
                      "over them before the optimizer step")
     return PipelinePlan(graph.name, graph_digest(graph), costs.batch, cluster.name, cluster.num_devices,
                         config.microbatches, config.schedule, stages, tied, float(step.seconds), float(param_factor),
-                        unused, notes, config.replicas, config.virtual)
+                        unused, notes, config.replicas, config.virtual, graph_parameter_bytes(graph))
 
 
 def hand_plan(graph: ComputationGraph, cluster: Cluster, stages: int, replicas: int, microbatches: int,

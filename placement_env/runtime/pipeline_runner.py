@@ -54,6 +54,7 @@ from placement_env.plan.pipeline_plan import PipelinePlan
 
 from .live_bytes import LiveBytes
 from .local_workers import check_local_workers, heartbeat, run_on_local_workers
+from .losses import sum_of_outputs
 
 SCHEDULE_CLASSES = {name: str(SCHEDULES[name].runner) for name in schedules_for("runner")}
 """The ``torch.distributed.pipelining`` schedule that runs each of the plan's schedules."""
@@ -218,6 +219,13 @@ def check_plan_matches(model: Any, plan: PipelinePlan) -> None:
         if group.parameter not in parameters:
             raise ValueError(f"the plan (graph {plan.graph!r}) ties parameter {group.parameter!r}, which model "
                              f"{type(model).__name__} lacks: a plan of another model")
+    if plan.model_parameter_bytes is not None:
+        distinct = {id(p): p for p in model.parameters()}.values()
+        held = float(sum(p.numel() * p.element_size() for p in distinct))
+        if held != plan.model_parameter_bytes:
+            raise ValueError(f"the plan was made for graph {plan.graph!r} (digest {plan.graph_digest[:12]}), whose "
+                             f"parameters take {plan.model_parameter_bytes:,.0f} bytes; model {type(model).__name__} "
+                             f"has {held:,.0f}: a plan of another model (another width or depth)")
 
 
 def run_stage(rank: int, world: int, job: _Job) -> dict:
@@ -268,7 +276,7 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
     local: dict[str, list[Any]] = {}
     for n, p in module.named_parameters():
         local.setdefault(first_name.get(n, n), []).append(p)
-    loss_fn = job.loss_fn or _sum_of_outputs
+    loss_fn = job.loss_fn or sum_of_outputs
     schedule = getattr(pipelining, SCHEDULE_CLASSES[job.schedule])(stage, m, loss_fn=loss_fn)
     trainable = [p for p in module.parameters() if p.requires_grad]
     optimizer = job.optimizer(trainable) if job.optimizer is not None and trainable else None
@@ -387,11 +395,6 @@ def _part(value: Any, index: int, parts: int) -> Any:
 
 def _first_microbatch(value: Any, microbatches: int) -> Any:
     return value.tensor_split(microbatches)[0] if isinstance(value, torch.Tensor) else value
-
-
-def _sum_of_outputs(output: Any, target: Any) -> Any:
-    """The default loss of a micro-batch: the sum of its output tensors (``target`` unused)."""
-    return sum(t.float().sum() for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor))
 
 
 def _merged(reports: list[dict], backend: str) -> PipelineRun:
