@@ -112,7 +112,8 @@ def list_placers() -> list[str]:
 
 def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed: int = 0, *,
           step: Step | Parallelism = PLAIN_STEP, contiguous: bool = False) -> np.ndarray:
-    """Place ``graph`` on ``cluster`` with the placer called ``placer`` (see :data:`PLACERS`); a device per node.
+    """Place ``graph`` on ``cluster`` with the placer called ``placer`` (:data:`PLACERS`, and the runtimes' defaults of
+    :data:`RUNTIME_DEFAULTS` for graphs with module names); a device per node.
     ``step``: the step placements are judged by (``Step(8, "1f1b")``: 8 micro-batches pipelined under 1F1B, or the
     micro-batches and schedule of a :class:`~placement_env.parallelism.Parallelism`), by the searches, ``split``,
     ``single`` and the memory repair; the heuristics place by their own model. ``contiguous``: pipeline stages in
@@ -127,8 +128,12 @@ def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed:
         warnings.warn("baselines.place(name, graph, cluster) is deprecated; use place(graph, cluster, name)",
                       DeprecationWarning, stacklevel=2)
         graph, cluster, placer = cluster, placer, graph
-    if placer not in PLACERS:
-        raise ValueError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
+    placers = {**CONTIGUOUS_PLACERS, **CONTIGUOUS_RUNTIME_DEFAULTS} if contiguous else {**PLACERS,
+                                                                                       **RUNTIME_DEFAULTS}
+    if placer not in placers:
+        raise ValueError(f"unknown placer {placer!r}; known: {', '.join(placers)}")
     checked_instance("graph", graph, ComputationGraph)
-    placers = CONTIGUOUS_PLACERS if contiguous else PLACERS
-    return placers[placer](graph, cluster, seed, step=Step.of(step).checked(graph))
+    step = Step.of(step).checked(graph)
+    if placer in RUNTIME_DEFAULTS and not contiguous:  # the runtimes place by their own rule, whatever the step
+        return RUNTIME_DEFAULTS[placer](graph, cluster, seed)
+    return placers[placer](graph, cluster, seed, step=step)

@@ -201,6 +201,8 @@ def plan_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--export {args.export} needs --shape; a traced graph's plan exports "
                          f"{', '.join(PLAN_EXPORTS)}")
     graph, cluster = graph_and_cluster_from_args(args)
+    print(f"planning {graph.name} on {cluster.num_devices} devices (the first plan after an install also compiles "
+          "the planner's kernels: about 30 s)", flush=True)
     split: str | list[int] | None = args.split
     if split is not None and split not in SPLITS:
         try:
@@ -228,7 +230,8 @@ def plan_command(args: argparse.Namespace) -> int:
         print(f"  {note}")
     print(f"step         {planned.step.seconds * 1e3:.3f} ms simulated (lower bound {planned.lower_bound * 1e3:.3f} "
           f"ms, {planned.gap:.2f}x)")
-    print(f"split        {planned.split}: layers per stage {[len(stage.layers) for stage in plan.stages]}")
+    per = "chunk (rank c mod S)" if plan.virtual_stages > 1 else "stage"
+    print(f"split        {planned.split}: layers per {per} {[len(stage.layers) for stage in plan.stages]}")
     peak = max(stage.simulated_peak_memory for stage in plan.stages)
     print(f"memory       {peak / 2**30:.2f} GiB at most a device, of {float(cluster.memory.min()) / 2**30:.2f}")
     print(f"planned in   {planned.seconds:.1f} s ({planned.configurations} configurations, {planned.simulated} "

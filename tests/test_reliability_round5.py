@@ -369,3 +369,23 @@ def test_a_model_factory_that_raises_is_one_error_line(tmp_path, plan_data):
                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert run.returncode == 2 and run.stderr.startswith("error:") and len(run.stderr.strip().splitlines()) == 1
     assert "the factory raised RuntimeError: no weights here" in run.stderr
+
+
+def test_the_runtimes_defaults_are_placers_of_place_too():
+    from baselines import place
+    from placement_env import Cluster, load_graph
+
+    graph, cluster = load_graph("gpt2"), Cluster.preset("a100-nvlink", 2)
+    for name in ("deepspeed-uniform", "deepspeed-parameters", "accelerate-balanced"):
+        assert place(graph, cluster, name).max() == 1
+    assert len(set(place(graph, cluster, "deepspeed-uniform", contiguous=True).tolist())) == 2
+
+
+def test_the_plan_command_says_it_starts_and_names_chunks_as_chunks():
+    run = subprocess.run([sys.executable, "-m", "placement_env", "plan", "--graph", "gpt2", "--devices", "4",
+                          "--device-kind", "a100-nvlink", "--stages", "2", "--replicas", "2", "--microbatches", "4",
+                          "--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--batch", "64"],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("planning gpt2 on 4 devices (the first plan after an install also compiles")
+    assert "layers per chunk (rank c mod S) [" in run.stdout
