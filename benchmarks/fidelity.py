@@ -39,13 +39,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from fidelity_common import fastest_costs, hugging_face_models, spearman, uncertainty
 from machine import machine_line
 from placed_module_speed import ResidualCNN
 from torch import nn
 
 from baselines.placers import place
 from placement_env import from_torch, simulate
-from placement_env.graph.model import ComputationGraph, Node
+from placement_env.graph.model import ComputationGraph
 from placement_env.graph.training import GRAD_SUFFIX, to_training_graph
 from placement_env.runtime.local_cluster import local_cluster
 from placement_env.runtime.measured_step import measure_step
@@ -98,8 +99,6 @@ class Tagger(nn.Module):
 
 def models() -> dict[str, tuple[nn.Module, tuple, dict]]:
     """name -> (model, positional inputs, keyword inputs)."""
-    from pipeline_fidelity import models as hugging_face
-
     torch.manual_seed(0)
     ours: dict[str, tuple[nn.Module, tuple, dict]] = {
         "mlp": (MLP(), (torch.randn(128, 1024),), {}),
@@ -108,7 +107,7 @@ def models() -> dict[str, tuple[nn.Module, tuple, dict]]:
         "two-branch": (TwoBranch(), (torch.randn(128, 512),), {}),
         "lstm": (Tagger(), (torch.randn(16, 32, 128),), {}),
     }
-    theirs = {name: model[:3] for name, model in hugging_face().items() if name in ("gpt2", "bert")}
+    theirs = {name: model[:3] for name, model in hugging_face_models().items() if name in ("gpt2", "bert")}
     return {**ours, **theirs}
 
 
@@ -126,33 +125,6 @@ def with_rule(graph: ComputationGraph) -> ComputationGraph:
     ids = set(graph.ids)
     return to_training_graph(forward, name=graph.name,
                              saved={op: saved.get(op, []) for op in forward_ids if op + GRAD_SUFFIX in ids})
-
-
-def fastest_costs(graphs: list[ComputationGraph]) -> ComputationGraph:
-    """The first graph with each op's cost and fixed cost the smallest of the graphs' (the same model profiled
-    again)."""
-    costs = np.min([[n.cost for n in g.nodes] for g in graphs], axis=0)
-    fixed = np.min([[n.fixed_cost or 0.0 for n in g.nodes] for g in graphs], axis=0)
-    first = graphs[0]
-    nodes = [Node(n.id, n.op, float(c), n.output_bytes, n.param_bytes, n.colocation, n.flops, n.phase, n.module,
-                  None if n.fixed_cost is None else float(min(f, c)))
-             for n, c, f in zip(first.nodes, costs, fixed)]
-    return ComputationGraph(nodes, first.edges(), name=first.name)
-
-
-def uncertainty(rounds: list[float]) -> float:
-    """How far the measured step (the fastest round's) may be off: the gap between the two fastest rounds over the
-    fastest (a machine's noise only slows a round, so the fastest two agree once the minimum is found); infinite
-    with fewer than two rounds."""
-    if len(rounds) < 2:
-        return float("inf")
-    first, second = sorted(rounds)[:2]
-    return (second - first) / first
-
-
-def spearman(a: list[float], b: list[float]) -> float:
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1]) if len(a) > 1 and np.std(ra) > 0 and np.std(rb) > 0 else float("nan")
 
 
 def main() -> None:

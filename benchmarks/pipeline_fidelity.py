@@ -41,9 +41,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from fidelity import fastest_costs, spearman, uncertainty
+from fidelity_common import fastest_costs, hugging_face_models, spearman, uncertainty
 from machine import machine_line
-from placed_module_speed import ResidualCNN
 
 from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS, search_placers
 from placement_env import from_torch
@@ -56,33 +55,6 @@ from placement_env.sim.pipeline import Step
 
 PLACERS = ("deepspeed-uniform", "deepspeed-parameters", "split", "anneal")
 STEPS = [(m, s) for m in (4, 8) for s in ("gpipe", "1f1b")]
-
-
-def models() -> dict[str, tuple[torch.nn.Module, tuple, dict, int]]:
-    """name -> (model, positional inputs, keyword inputs, module depth of a placement unit)."""
-    import transformers
-
-    torch.manual_seed(0)
-    width: dict[str, Any] = {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
-                             "intermediate_size": 512}
-    ids = torch.randint(0, 1000, (8, 64))
-    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        n_layer=4, n_embd=128, n_head=4, vocab_size=1000, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
-        attn_pdrop=0.0, bos_token_id=0, eos_token_id=0, use_cache=False))
-    bert = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=1000, hidden_dropout_prob=0.0,
-                                                                attention_probs_dropout_prob=0.0, **width))
-    vit = transformers.ViTForImageClassification(transformers.ViTConfig(
-        image_size=32, patch_size=4, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **width))
-    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=1000, num_key_value_heads=4, max_position_embeddings=64, use_cache=False,
-        **{**width, "intermediate_size": 344}))
-    return {
-        "gpt2": (gpt2.train(), (), {"input_ids": ids}, 3),
-        "bert": (bert.train(), (), {"input_ids": ids}, 4),
-        "vit": (vit.train(), (), {"pixel_values": torch.randn(8, 3, 32, 32)}, 4),
-        "llama": (llama.train(), (), {"input_ids": ids}, 3),
-        "cnn": (ResidualCNN(32).train(), (torch.randn(16, 3, 32, 32),), {}, 1),
-    }
 
 
 def measured_local_cluster() -> Any:
@@ -126,7 +98,7 @@ def main() -> None:
         print(f"pipeline runtime, calibrated: {describe(overheads)}", flush=True)
     placers = {**CONTIGUOUS_PLACERS, **CONTIGUOUS_RUNTIME_DEFAULTS, **search_placers(2.0, contiguous=True)}
     rows, summary = [], []
-    zoo = models()
+    zoo = hugging_face_models()
     for name in args.models.split(","):
         model, inputs, kwargs, depth = zoo[name]
         graph = fastest_costs([from_torch(model, inputs, example_kwargs=kwargs, profile=True, repeats=10,

@@ -255,7 +255,7 @@ def run_plan(args: argparse.Namespace) -> int:
     plan = PipelinePlan.from_json(args.plan)
     model, inputs, kwargs = model_from_factory(args.model)
     from placement_env.runtime.losses import causal_lm_loss, is_causal_lm  # loads torch; other commands need none
-    from placement_env.runtime.pipeline_runner import run_pipeline, sgd
+    from placement_env.runtime.pipeline_runner import run_pipeline, sgd  # torch too, as above
 
     loss = args.loss
     if loss == "auto":

@@ -194,9 +194,9 @@ def test_the_plan_command_writes_a_plan_or_an_export_and_refuses_bad_input(tmp_p
 
 @pytest.mark.parametrize("stages", [2, 4, 7])
 def test_the_deepspeed_splits_are_deepspeed_s_rules(gpt2, stages):
-    from baselines.runtime_defaults import partition_balanced, partition_uniform
     from placement_env.plan.layers import layer_table
     from placement_env.plan.module_tree import layer_sequence
+    from placement_env.plan.partitions import partition_balanced, partition_uniform
 
     c = Cluster.preset("a100-nvlink", stages)
     layers = layer_sequence(gpt2)

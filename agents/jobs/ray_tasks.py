@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,7 +24,6 @@ class RayTasks(JobRunner):
     end if started here (a local instance's processes also when this process is killed: :mod:`agents.jobs.reaper`)."""
 
     def __enter__(self) -> RayTasks:
-        import logging
 
         import ray
 

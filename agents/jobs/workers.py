@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import os
 import signal
 import sys
 from collections import deque
 from collections.abc import Callable, Sequence
+from multiprocessing.connection import wait
 from typing import Any
 
 from placement_env.child_processes import exit_with_parent
@@ -118,7 +120,6 @@ class WorkerProcesses(JobRunner):
     """``fanout.workers`` processes on this machine (``spawn``: a driver that has loaded torch never forks)."""
 
     def __enter__(self) -> WorkerProcesses:
-        import multiprocessing
 
         self._context = multiprocessing.get_context("spawn")
         self.workers = [self._start() for _ in range(self.fanout.workers)]
@@ -142,7 +143,6 @@ class WorkerProcesses(JobRunner):
             progress: JobsProgress) -> dict[str, Outcome]:
         """Every job in the workers, each taking the next when it finishes one; ``{job key: its value, or a Failure}``.
 """
-        from multiprocessing.connection import wait
 
         idle = [w for w in self.workers if w.job is None][len(jobs):]
         if idle and len(jobs) < len(self.workers):  # fewer jobs than workers: the idle ones end, freeing memory

@@ -24,6 +24,7 @@ of the benchmark's held-out cells, real models or transformers is among them.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -248,7 +249,6 @@ def convert_msr(checkout: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m agents.steering.problems --out FILE [--count N] [--seed S]``: write (or complete) the problems
     file; a line of progress every 25 problems."""
-    import argparse
 
     parser = argparse.ArgumentParser(prog="python -m agents.steering.problems", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the problems file (JSON lines), appended to")

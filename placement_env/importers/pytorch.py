@@ -43,8 +43,11 @@ no such pairing, and is not used.)
 from __future__ import annotations
 
 import contextlib
+import copy
+import inspect
 import io
 import logging
+import traceback
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -87,7 +90,6 @@ def _trace(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[torc
             raise ValueError(f"cannot trace module {type(module).__name__}{_user_frame(module, fx_error)}: "
                              f"torch.export failed ({type(export_error).__name__}: {first_line(export_error)}); "
                              f"torch.fx failed ({type(fx_error).__name__}: {first_line(fx_error)})") from None
-        import inspect
 
         try:
             bound = inspect.signature(module.forward).bind(*args, **kwargs)
@@ -119,8 +121,6 @@ def _quiet_torch_logs() -> Iterator[None]:
 
 def _user_frame(module: nn.Module, error: BaseException) -> str:
     """`` at file:line (`code`)``: the innermost frame of ``error``'s traceback in the module's own source file."""
-    import inspect
-    import traceback
 
     try:
         source = inspect.getsourcefile(type(module))
@@ -175,7 +175,6 @@ def _batch_of(inputs: Sequence[Any]) -> int | None:
 def _cast(module: nn.Module, example_inputs: Any, example_kwargs: Mapping[str, Any] | None,
           dtype: torch.dtype) -> tuple[nn.Module, Any, Mapping[str, Any] | None]:
     """A copy of ``module`` in ``dtype`` and the inputs with their floating tensors cast to it."""
-    import copy
 
     import torch.utils._pytree as pytree
 

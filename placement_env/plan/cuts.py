@@ -12,6 +12,7 @@ from placement_env.cluster import Cluster
 
 from .cut_kernel import bottleneck_cut_kernel
 from .layers import ChunkCosts, LayerTable
+from .partitions import partition_uniform
 from .schedules import SPLIT_BACKWARD
 
 
@@ -60,9 +61,8 @@ def layer_cut(table: LayerTable, cluster: Cluster, name: str, k: int, s: int, d:
     layers = len(table)
     if name == "uniform":
         return table.uniform_cut(k)
-    if name == "deepspeed-uniform":  # partition_uniform: the first layers % k chunks one layer more
-        size, extra = divmod(layers, k)
-        return tuple(c * size + min(c, extra) for c in range(k + 1)) if k <= layers else None
+    if name == "deepspeed-uniform":  # the first layers % k chunks one layer more
+        return tuple(partition_uniform(layers, k)) if k <= layers else None
     pre = table.prefix
     zeros, k_zeros = np.zeros(layers + 1), np.zeros(k)
     if name == "parameters":  # partition_balanced: the heaviest chunk's parameters least, cut anywhere

@@ -204,10 +204,14 @@ class PipelinePlan:
         for k, raw in enumerate(raw_stages):
             item = _Fields(raw, f"{source}: stage {k}")
             replica_devices = [int(d) for d in item.array("replica_devices")] if "replica_devices" in raw else []
-            stage = PlanStage(item.count("rank", 0), item.count("device", 0), item.optional_text("begins_at"),
-                              item.texts("layers"), item.count("ops", 0), item.number("parameter_bytes"),
-                              item.number("simulated_peak_memory"), replica_devices,
-                              bool(raw.get("recompute", False)))
+            recompute = raw.get("recompute", False)
+            if not isinstance(recompute, bool):
+                raise ValueError(f"{source}: stage {k}: recompute must be true or false, got {recompute!r}")
+            stage = PlanStage(rank=item.count("rank", 0), device=item.count("device", 0),
+                              begins_at=item.optional_text("begins_at"), layers=item.texts("layers"),
+                              ops=item.count("ops", 0), parameter_bytes=item.number("parameter_bytes"),
+                              simulated_peak_memory=item.number("simulated_peak_memory"),
+                              replica_devices=replica_devices, recompute=recompute)
             if stage.rank != k % ranks:
                 raise ValueError(f"{source}: stage {k} has rank {stage.rank}; stage k runs on rank k mod {ranks}")
             if len(stage.devices) != replicas or stage.devices[0] != stage.device:
@@ -374,9 +378,11 @@ def plan_from_placement(graph: ComputationGraph, placement: Sequence[int] | np.n
         if len(ranks) > 1:
             tied.append(TiedGroup(graph.nodes[i].id.removeprefix("param:"), sorted(ranks),
                                   float(graph.nodes[i].param_bytes)))
-    stages = [PlanStage(rank, int(device), None if rank == 0 else points.split_spec[rank - 1],
-                        points.layers[points.parts[rank]:points.parts[rank + 1]], int(ops[rank]),
-                        float(parameter_bytes[rank]), float(result.peak_memory[device] + copies[rank]))
+    stages = [PlanStage(rank=rank, device=int(device),
+                        begins_at=None if rank == 0 else points.split_spec[rank - 1],
+                        layers=points.layers[points.parts[rank]:points.parts[rank + 1]], ops=int(ops[rank]),
+                        parameter_bytes=float(parameter_bytes[rank]),
+                        simulated_peak_memory=float(result.peak_memory[device] + copies[rank]))
               for rank, device in enumerate(points.devices)]
     unused = sorted(set(range(cluster.num_devices)) - set(points.devices))
     notes = []
@@ -391,9 +397,10 @@ def plan_from_placement(graph: ComputationGraph, placement: Sequence[int] | np.n
     for group in tied:
         notes.append(f"parameter {group.parameter} is tied across stages {group.stages}: the runner sums its "
                      "gradients over them before the optimizer step")
-    return PipelinePlan(graph.name, graph_digest(graph), graph.batch, cluster.name, cluster.num_devices, m, schedule,
-                        stages, tied, float(result.makespan), float(param_factor), unused, notes,
-                        model_parameter_bytes=graph_parameter_bytes(graph))
+    return PipelinePlan(graph=graph.name, graph_digest=graph_digest(graph), batch=graph.batch, cluster=cluster.name,
+                        num_devices=cluster.num_devices, microbatches=m, schedule=schedule, stages=stages, tied=tied,
+                        simulated_step_seconds=float(result.makespan), param_factor=float(param_factor),
+                        unused_devices=unused, notes=notes, model_parameter_bytes=graph_parameter_bytes(graph))
 
 
 def graph_parameter_bytes(graph: ComputationGraph) -> float:

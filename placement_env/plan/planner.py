@@ -175,13 +175,11 @@ def search_plan(graph: ComputationGraph, cluster: Cluster, *, stages: int | None
         raise ValueError(f"no plan of graph {graph.name!r} fits the memory of {n} devices: the closest "
                          f"({config.ranks} stages x {config.replicas} replicas, {config.microbatches} micro-batches, "
                          f"{config.schedule}) needs {over / 2**30:.2f} GiB more on a device")
-    _, config, _ = best
-    exact = table.chunks(config.parts)  # as simulate_plan reads the plan: the same step to the last bit
-    step = simulate_layout(exact, _layout(config, table, param_factor), cluster)
+    _, config, step = best  # simulated on table.chunks(config.parts), what simulate_plan reads from the plan
     work = float(np.sum(table.costs.forward + table.costs.backward_input + table.costs.backward_weight))
-    plan = _plan(graph, cluster, table, config, exact, step, param_factor)
+    plan = _plan(graph, cluster, table, config, table.chunks(config.parts), step, param_factor)
     return SearchedPlan(plan, step, work / float(np.sum(cluster.speed)), len(configs), tried,
-                           time.perf_counter() - began, config.split, config.layout)
+                        time.perf_counter() - began, config.split, config.layout)
 
 
 def _to_simulate(configs: list[_Config], simulated: int) -> list[_Config]:
@@ -401,10 +399,12 @@ def _plan(graph: ComputationGraph, cluster: Cluster, table: LayerTable, config: 
     for c in range(costs.num_chunks):
         rank = c % config.ranks
         a, b = config.parts[c], config.parts[c + 1]
-        stages.append(PlanStage(rank, devices[rank][0], None if c == 0 else table.layers[a], table.layers[a:b],
-                                int(ops[c]), float(costs.parameter_bytes[c]),
-                                float(step.peak_memory[devices[rank][0]]),
-                                list(devices[rank]) if config.replicas > 1 else [], config.recompute[rank]))
+        stages.append(PlanStage(rank=rank, device=devices[rank][0], begins_at=None if c == 0 else table.layers[a],
+                                layers=table.layers[a:b], ops=int(ops[c]),
+                                parameter_bytes=float(costs.parameter_bytes[c]),
+                                simulated_peak_memory=float(step.peak_memory[devices[rank][0]]),
+                                replica_devices=list(devices[rank]) if config.replicas > 1 else [],
+                                recompute=config.recompute[rank]))
     readers: dict[int, set[int]] = {}
     for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
         if graph.nodes[s].op == "parameter" and graph.nodes[d].phase in (None, "forward"):
@@ -423,9 +423,12 @@ def _plan(graph: ComputationGraph, cluster: Cluster, table: LayerTable, config: 
     for group in tied:
         notes.append(f"parameter {group.parameter} is tied across stages {group.stages}: its gradients are summed "
                      "over them before the optimizer step")
-    return PipelinePlan(graph.name, graph_digest(graph), costs.batch, cluster.name, cluster.num_devices,
-                        config.microbatches, config.schedule, stages, tied, float(step.seconds), float(param_factor),
-                        unused, notes, config.replicas, config.virtual, graph_parameter_bytes(graph))
+    return PipelinePlan(graph=graph.name, graph_digest=graph_digest(graph), batch=costs.batch, cluster=cluster.name,
+                        num_devices=cluster.num_devices, microbatches=config.microbatches, schedule=config.schedule,
+                        stages=stages, tied=tied, simulated_step_seconds=float(step.seconds),
+                        param_factor=float(param_factor), unused_devices=unused, notes=notes,
+                        replicas=config.replicas, virtual_stages=config.virtual,
+                        model_parameter_bytes=graph_parameter_bytes(graph))
 
 
 def hand_plan(graph: ComputationGraph, cluster: Cluster, stages: int, replicas: int, microbatches: int,

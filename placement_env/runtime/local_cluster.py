@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 from typing import Any
 
@@ -31,7 +32,6 @@ PING_ROUNDS = 15
 
 
 def _ping_pong(rank: int, world: int, payload: Any) -> list[float] | None:
-    import threading
 
     import torch
 
