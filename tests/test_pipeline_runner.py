@@ -68,6 +68,38 @@ def reference_step(model, ids, targets, lr):
     return reference, [float(x) for x in losses]
 
 
+def test_an_optimizer_and_a_loss_written_as_lambdas_and_closures_run(gpt2_and_graph):
+    """Issue 65 point 3: ``optimizer=lambda ps: AdamW(ps, lr=1e-3)`` and a loss closing over a local value reach the
+    stage processes (cloudpickle), and the AdamW step is the unpipelined one."""
+    model, ids, graph = gpt2_and_graph
+    plan = plan_from_placement(graph, blocks(graph, 2), Cluster.preset("a100-nvlink", 2), microbatches=MICROBATCHES)
+    vocabulary = VOCAB  # a local the loss closes over
+
+    def loss(logits_or_output, target):
+        logits = getattr(logits_or_output, "logits", logits_or_output)
+        return F.cross_entropy(logits.reshape(-1, vocabulary), target.reshape(-1))
+
+    targets = torch.roll(ids, -1, dims=1)
+    run = run_pipeline(model, (), plan, example_kwargs={"input_ids": ids}, targets=targets, loss_fn=loss,
+                       optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-3), steps=1)
+    reference = copy.deepcopy(model)
+    losses = [loss(reference(input_ids=x), t) for x, t in zip(ids.chunk(MICROBATCHES), targets.chunk(MICROBATCHES))]
+    torch.stack(losses).mean().backward()
+    torch.optim.AdamW(reference.parameters(), lr=1e-3).step()
+    assert run.losses[0] == pytest.approx(float(torch.stack(losses).mean().detach()), rel=1e-5)
+    expected = dict(reference.named_parameters())
+    for name, value in run.parameters.items():
+        np.testing.assert_allclose(value, expected[name].detach().numpy(), atol=1e-5, err_msg=name)
+    lock = __import__("threading").Lock()
+
+    def holding_a_lock(ps):  # a closure over a lock: nothing can pickle it
+        with lock:
+            return torch.optim.SGD(ps, lr=0.1)
+
+    with pytest.raises(ValueError, match="optimizer cannot be sent to the stage processes"):
+        run_pipeline(model, (), plan, example_kwargs={"input_ids": ids}, optimizer=holding_a_lock)
+
+
 def assert_an_sgd_step_matches_the_model(model, ids, plan):
     """One SGD step of ``plan`` by ``run_pipeline``: its loss and every parameter (tied ones included) within 1e-5
     of the unpipelined model's step; returns the run."""

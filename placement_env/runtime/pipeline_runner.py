@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import cloudpickle
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -102,8 +103,8 @@ class _Job:
     microbatches: int
     schedule: str
     steps: int
-    loss_fn: Callable[[Any, Any], Any] | None
-    optimizer: Callable[[list], Any] | None
+    loss_fn: bytes | None  # cloudpickle of the callable: lambdas and closures travel by value
+    optimizer: bytes | None
     device: str  # "cpu" or "cuda" (stage s on cuda:s)
     mesh: tuple[tuple[int, ...], ...] = ((0,),)  # mesh[r][s]: the process (rank) of stage s in replica r
 
@@ -158,7 +159,8 @@ def run_pipeline(model: Any, example_inputs: Sequence[Any] | Any, plan: Pipeline
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     job = _Job(_saved(model), args, dict(example_kwargs or {}), targets,
                [called_split_point(model, name) for name in plan.split_spec], plan.microbatches,
-               plan.schedule, steps, loss_fn, optimizer, "cpu" if devices is None else str(devices), process_mesh(plan))
+               plan.schedule, steps, _portable("loss_fn", loss_fn), _portable("optimizer", optimizer),
+               "cpu" if devices is None else str(devices), process_mesh(plan))
     world = plan.num_stages * plan.replicas
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _under_torchrun(job, plan)
@@ -276,10 +278,10 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
     local: dict[str, list[Any]] = {}
     for n, p in module.named_parameters():
         local.setdefault(first_name.get(n, n), []).append(p)
-    loss_fn = job.loss_fn or sum_of_outputs
+    loss_fn = cloudpickle.loads(job.loss_fn) if job.loss_fn is not None else sum_of_outputs
     schedule = getattr(pipelining, SCHEDULE_CLASSES[job.schedule])(stage, m, loss_fn=loss_fn)
     trainable = [p for p in module.parameters() if p.requires_grad]
-    optimizer = job.optimizer(trainable) if job.optimizer is not None and trainable else None
+    optimizer = cloudpickle.loads(job.optimizer)(trainable) if job.optimizer is not None and trainable else None
     last = stage_index == stages - 1
     batch = next((t.shape[0] for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
                   and t.dim() > 0), m)
@@ -370,6 +372,21 @@ def _contiguous_messages() -> None:
     stage_module._make_tensor_from_meta = lambda meta, device: torch.empty(meta.shape, dtype=meta.dtype,
                                                                            device=device)
     stage_module.dist = _ContiguousSends()  # type: ignore[assignment]
+
+
+def _portable(name: str, function: Callable | None) -> bytes | None:
+    """``function`` as bytes every stage process can load (cloudpickle: a lambda or a closure by value, a module's
+    function by reference); ``ValueError`` before any worker starts when it cannot be sent, saying what to pass."""
+    if function is None:
+        return None
+    if not callable(function):
+        raise TypeError(f"{name} must be callable, got {type(function).__name__}")
+    try:
+        return cloudpickle.dumps(function)
+    except Exception as error:  # noqa: BLE001 - whatever keeps it from pickling, said before the workers start
+        raise ValueError(f"{name} cannot be sent to the stage processes ({type(error).__name__}: "
+                         f"{first_line(error)}): pass a function of a module, a functools.partial of one, or a "
+                         "lambda that holds only picklable values") from None
 
 
 def sgd(parameters: list, lr: float) -> torch.optim.Optimizer:
