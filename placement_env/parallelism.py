@@ -55,9 +55,10 @@ SCHEDULES: dict[str, ScheduleSupport] = {row.name: row for row in (
                     split_backward=True),
 )}
 """Every schedule the project knows, ``1f1b`` first (the default); the runner entries name the class
-:mod:`placement_env.runtime.pipeline_runner` builds (it runs those of :data:`RUNNER_READY` today)."""
-RUNNER_READY = ("1f1b", "gpipe")
-"""The schedules the runner runs today (the others are simulated and planned, and refused by the runner by name)."""
+:mod:`placement_env.runtime.pipeline_runner` builds (it runs those of :data:`RUNNER_READY`)."""
+RUNNER_READY = ("1f1b", "gpipe", "interleaved-1f1b", "zb-h1")
+"""The schedules the runner runs (a schedule added to the simulator or the planner first is listed here when the
+runner runs it, and refused by the runner by name until then)."""
 
 
 def schedules_for(user: Literal["simulator", "planner", "runner"]) -> tuple[str, ...]:

@@ -57,7 +57,9 @@ def test_one_schedule_table_gives_every_user_its_schedules():
     from torch.distributed import pipelining
 
     from placement_env.runtime.pipeline_runner import SCHEDULE_CLASSES
-    assert SCHEDULE_CLASSES == {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe"}
+    assert SCHEDULE_CLASSES == {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe",
+                                "interleaved-1f1b": "ScheduleInterleaved1F1B",
+                                "zb-h1": "ScheduleInterleavedZeroBubble"}
     for row in SCHEDULES.values():  # every class the table names is torch's own
         assert row.runner is not None and hasattr(pipelining, row.runner)
 

@@ -4,9 +4,13 @@
 Each stage of the plan is one process, its pipeline rank the plan's (stage ``s`` takes the inputs when ``s == 0``
 and computes the loss when it is the last). Every process traces the model into the plan's stages
 (``pipeline(model, mb_args, split_spec=plan's split points)``) on the first micro-batch of the inputs, builds
-its own stage (``Pipe.build_stage``) and runs the plan's schedule (``Schedule1F1B`` for ``1f1b``,
-``ScheduleGPipe`` for ``gpipe``) over ``plan.microbatches`` micro-batches (the inputs and targets cut along
-their first dimension). A step is::
+its own stages (``Pipe.build_stage``: chunk ``c`` on rank ``c mod S``, so ``v`` chunks a rank under the
+interleaved schedule) and runs the plan's schedule (:data:`SCHEDULE_CLASSES`: ``Schedule1F1B``, ``ScheduleGPipe``,
+``ScheduleInterleaved1F1B``, ``ScheduleInterleavedZeroBubble``) over ``plan.microbatches`` micro-batches (the
+inputs and targets cut along their first dimension); a recomputing rank's chunks run their forward under
+``torch.utils.checkpoint``. The multi-chunk schedules send only between neighbouring chunks: a model whose later
+layers read a value computed once before them (GPT-2's attention mask, Llama's rotary embeddings) is refused under
+them by name (:func:`skipped_chunk`). A step is::
 
     schedule.step(...)              # forward and backward of every micro-batch; each micro-batch's loss is
                                     # loss_fn(output, target), the step's objective their mean
@@ -32,6 +36,7 @@ parameters after the steps, by qualified name, merged across stages.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import statistics
@@ -47,6 +52,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.pipelining as pipelining
 import torch.utils._pytree as pytree
+from torch.utils.checkpoint import checkpoint
 
 from placement_env.checks import first_line
 from placement_env.importers.parameters import canonical_names
@@ -107,6 +113,8 @@ class _Job:
     optimizer: bytes | None
     device: str  # "cpu" or "cuda" (stage s on cuda:s)
     mesh: tuple[tuple[int, ...], ...] = ((0,),)  # mesh[r][s]: the process (rank) of stage s in replica r
+    virtual: int = 1  # chunks a rank runs: chunk c on rank c mod S
+    recompute: tuple[bool, ...] = ()  # per rank: its chunks rerun their forward in the backward
 
 
 def run_pipeline(model: Any, example_inputs: Sequence[Any] | Any, plan: PipelinePlan, *, steps: int = 1,
@@ -149,10 +157,6 @@ def run_pipeline(model: Any, example_inputs: Sequence[Any] | Any, plan: Pipeline
         raise ValueError(f"torch.distributed.pipelining runs 1f1b with at least as many micro-batches as stages; "
                          f"this plan has {plan.microbatches} for {plan.num_stages} stages (use gpipe, or "
                          f"microbatches >= {plan.num_stages})")
-    if plan.virtual_stages != 1 or any(stage.recompute for stage in plan.stages):
-        raise ValueError(f"the runner runs one chunk a rank without recomputation; this plan has "
-                         f"{plan.virtual_stages} virtual stages a rank and recomputes on "
-                         f"{sum(stage.recompute for stage in plan.stages)} stages")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_plan_matches(model, plan)
@@ -160,7 +164,8 @@ def run_pipeline(model: Any, example_inputs: Sequence[Any] | Any, plan: Pipeline
     job = _Job(_saved(model), args, dict(example_kwargs or {}), targets,
                [called_split_point(model, name) for name in plan.split_spec], plan.microbatches,
                plan.schedule, steps, _portable("loss_fn", loss_fn), _portable("optimizer", optimizer),
-               "cpu" if devices is None else str(devices), process_mesh(plan))
+               "cpu" if devices is None else str(devices), process_mesh(plan), plan.virtual_stages,
+               tuple(stage.recompute for stage in plan.stages[:plan.num_stages]))
     world = plan.num_stages * plan.replicas
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _under_torchrun(job, plan)
@@ -257,18 +262,31 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
             root = root.__cause__
         raise ValueError(f"the model cannot be traced into the plan's stages: {type(root).__name__}: "
                          f"{first_line(root)}") from None
-    if pipe.num_stages != stages:
+    chunks = stages * job.virtual
+    if pipe.num_stages != chunks:
         raise ValueError(f"the model splits into {pipe.num_stages} stages at the plan's split points, the plan has "
-                         f"{stages}")
-    stage = pipe.build_stage(stage_index, device, group=pipelines[replica])
-    module = stage.submod
+                         f"{chunks} ({stages} ranks x {job.virtual} chunks)")
+    kind = getattr(pipelining, SCHEDULE_CLASSES[job.schedule])
+    several = issubclass(kind, pipelining.schedules.PipelineScheduleMulti)  # interleaved, zero bubble
+    skip = skipped_chunk(pipe) if several else None
+    if skip is not None:
+        raise ValueError(f"schedule {job.schedule}: chunk {skip[0]} takes an input from chunk {skip[1]}, not only from "
+                         f"chunk {skip[0] - 1} (a value the model computes once and every layer reads, such as an "
+                         "attention mask or rotary embeddings); torch's multi-chunk schedules send only between "
+                         "neighbouring chunks: run this model under 1f1b or gpipe")
+    built = [pipe.build_stage(c, device, group=pipelines[replica]) for c in range(stage_index, chunks, stages)]
+    if job.recompute and job.recompute[stage_index]:  # each chunk reruns its forward in the backward
+        for chunk in built:
+            chunk.submod.forward = functools.partial(checkpoint, chunk.submod.forward, use_reentrant=False)
+    parameters = list({id(p): p for chunk in built for p in chunk.submod.parameters()}.values())
     first_name = canonical_names(model)
-    # a parameter -> the stages holding a copy, from every stage's module (each process traced all)
+    # a parameter -> the ranks holding a copy, from every chunk's module (each process traced all)
     holders: dict[str, list[int]] = {}
-    for s in range(stages):
-        for name in dict.fromkeys(first_name.get(n, n) for n, _ in pipe.get_stage_module(s).named_parameters()):
-            holders.setdefault(name, []).append(s)
-    tied = {name: ranks for name, ranks in holders.items() if len(ranks) > 1}
+    for c in range(chunks):
+        for name in dict.fromkeys(first_name.get(n, n) for n, _ in pipe.get_stage_module(c).named_parameters()):
+            if c % stages not in holders.setdefault(name, []):
+                holders[name].append(c % stages)
+    tied = {name: sorted(ranks) for name, ranks in holders.items() if len(ranks) > 1}
     groups = {}
     for r, row in enumerate(job.mesh):  # every process, same order; this replica's groups kept
         for name, holding in sorted(tied.items()):
@@ -276,11 +294,12 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
             if r == replica:
                 groups[name] = group
     local: dict[str, list[Any]] = {}
-    for n, p in module.named_parameters():
-        local.setdefault(first_name.get(n, n), []).append(p)
+    for chunk in built:
+        for n, p in chunk.submod.named_parameters():
+            local.setdefault(first_name.get(n, n), []).append(p)
     loss_fn = cloudpickle.loads(job.loss_fn) if job.loss_fn is not None else sum_of_outputs
-    schedule = getattr(pipelining, SCHEDULE_CLASSES[job.schedule])(stage, m, loss_fn=loss_fn)
-    trainable = [p for p in module.parameters() if p.requires_grad]
+    schedule = kind(built if several else built[0], m, loss_fn=loss_fn)
+    trainable = [p for p in parameters if p.requires_grad]
     optimizer = cloudpickle.loads(job.optimizer)(trainable) if job.optimizer is not None and trainable else None
     last = stage_index == stages - 1
     batch = next((t.shape[0] for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
@@ -315,7 +334,7 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
                 for p in copies:
                     p.grad = total.clone() if isinstance(total, torch.Tensor) else None
         if replicas > 1:  # the replicas' gradients averaged: each replica's loss is the mean over its share
-            for p in module.parameters():
+            for p in parameters:
                 if p.requires_grad:
                     grad = p.grad if p.grad is not None else torch.zeros_like(p)
                     dist.all_reduce(grad, group=data_parallel[stage_index])
@@ -325,7 +344,7 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
         if job.device == "cuda":
             torch.cuda.synchronize(device)
         seconds = time.perf_counter() - t0
-        for p in module.parameters():
+        for p in parameters:
             p.grad = None
         return seconds, [float(x.detach().float().mean()) for x in losses]
 
@@ -335,7 +354,7 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
         seconds, losses = step(update=True)
         times.append(seconds)
         step_losses.append(statistics.fmean(losses) if losses else float("nan"))
-    held = sum(p.numel() * p.element_size() for p in module.parameters())
+    held = sum(p.numel() * p.element_size() for p in parameters)
     if job.device == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         step(update=False)
@@ -345,10 +364,26 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
         with tracker.mode:
             step(update=False)
         peak = float(held + tracker.peak)
-    parameters = {name: copies[0].detach().float().cpu().numpy().copy() for name, copies in local.items()
-                  if copies[0].requires_grad} if replica == 0 else {}
-    return {"steps": times, "peak": peak, "losses": step_losses if last else [], "parameters": parameters,
-            "last": last}
+    after = {name: copies[0].detach().float().cpu().numpy().copy() for name, copies in local.items()
+             if copies[0].requires_grad} if replica == 0 else {}
+    return {"steps": times, "peak": peak, "losses": step_losses if last else [], "parameters": after, "last": last}
+
+
+def skipped_chunk(pipe: Any) -> tuple[int, int] | None:
+    """``(chunk, source)`` of the first chunk of a traced pipeline that takes an input from a chunk other than the
+    one before it (or from the model's inputs, beyond chunk 0); None when every chunk reads only its neighbour."""
+    calls = [n for n in pipe.split_gm.graph.nodes if n.op == "call_module"]
+    index = {n: k for k, n in enumerate(calls)}
+    for k, node in enumerate(calls):
+        for arg in pytree.tree_leaves((node.args, node.kwargs)):
+            source = arg
+            while getattr(source, "op", None) == "call_function" and source.args:  # getitem of a chunk's outputs
+                source = source.args[0]
+            if getattr(source, "op", None) == "placeholder" and k > 0:
+                return k, 0
+            if source in index and index[source] != k - 1:
+                return k, index[source]
+    return None
 
 
 class _ContiguousSends:
