@@ -10,6 +10,7 @@ import gymnasium as gym
 ENVIRONMENTS = {
     "DevicePlacement-v0": "placement_env.envs.device_placement:DevicePlacementEnv",
     "DevicePlacementSequential-v0": "placement_env.envs.sequential:DevicePlacementSequentialEnv",
+    "ParallelPlan-v0": "placement_env.envs.parallel_plan:ParallelPlanEnv",
 }
 
 

@@ -95,23 +95,21 @@ def search_scale_plan(shape: TransformerShape, cluster: GpuCluster, global_batch
             memory it lacks, or the reason no plan exists).
     """
     began = time.perf_counter()
-    n, per_node = cluster.gpus, cluster.per_node
+    n = cluster.gpus
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
         raise ValueError(f"global_batch must be an integer >= 1, got {global_batch!r}")
     if order is not None and order not in ORDERS:
         raise ValueError(f"unknown rank order {order!r}; known: {', '.join(ORDERS)}")
-    tensors = [tensor] if tensor is not None else [t for t in _powers_of_two(min(n, 2 * per_node))
-                                                   if shape.heads % t == 0]
+    tensors = [tensor] if tensor is not None else tensor_choices(shape, cluster)
     best: tuple[float, Parallelism, str, int, ScaleStep] | None = None
     closest: tuple[float, Parallelism, str, int] | None = None
     tried = 0
     reasons: list[str] = []
     for t in tensors:
         left = n // t
-        pipelines = [pipeline] if pipeline is not None else [s for s in range(1, min(left, shape.layers) + 1)
-                                                             if left % s == 0]
+        pipelines = [pipeline] if pipeline is not None else pipeline_choices(shape, left)
         for s in pipelines:
-            datas = _data_counts(global_batch, n // (t * s), data)
+            datas = data_counts(global_batch, n // (t * s), data)
             if not datas and data is not None:
                 reasons.append(f"{data} replicas x t{t} x p{s} = {data * t * s} GPUs of {n}" if data * t * s > n
                                else f"{data} replicas do not divide the batch of {global_batch}")
@@ -129,7 +127,7 @@ def search_scale_plan(shape: TransformerShape, cluster: GpuCluster, global_batch
                     m = global_batch // (d * b)
                     if microbatches is not None and m != microbatches:
                         continue
-                    for name, v in _schedules(shape, s, m, schedule, virtual_stages):
+                    for name, v in schedule_choices(shape, s, m, schedule, virtual_stages):
                         for r, z, sp, o in itertools.product(
                                 [recompute] if recompute is not None else ["none", "selective", "full"],
                                 [zero] if zero is not None else [1, 2, 3],
@@ -165,7 +163,17 @@ def search_scale_plan(shape: TransformerShape, cluster: GpuCluster, global_batch
                      time.perf_counter() - began)
 
 
-def _data_counts(batch: int, most: int, fixed: int | None) -> list[int]:
+def tensor_choices(shape: TransformerShape, cluster: GpuCluster) -> list[int]:
+    """Tensor-parallel ranks to try: the powers of two dividing the heads, up to two nodes' GPUs."""
+    return [t for t in _powers_of_two(min(cluster.gpus, 2 * cluster.per_node)) if shape.heads % t == 0]
+
+
+def pipeline_choices(shape: TransformerShape, gpus: int) -> list[int]:
+    """Pipeline ranks to try on ``gpus`` GPUs (those a tensor group leaves): its divisors up to the layers."""
+    return [s for s in range(1, min(gpus, shape.layers) + 1) if gpus % s == 0]
+
+
+def data_counts(batch: int, most: int, fixed: int | None = None) -> list[int]:
     """Replica counts to try: ``fixed``, or those dividing the batch from the largest that fits ``most`` GPUs down
     to half of it."""
     if fixed is not None:
@@ -174,8 +182,8 @@ def _data_counts(batch: int, most: int, fixed: int | None) -> list[int]:
     return [d for d in counts if d * 2 > counts[0]] if counts else []
 
 
-def _schedules(shape: TransformerShape, s: int, m: int, fixed: str | None,
-               virtual: int | None) -> list[tuple[str, int]]:
+def schedule_choices(shape: TransformerShape, s: int, m: int, fixed: str | None = None,
+                     virtual: int | None = None) -> list[tuple[str, int]]:
     """(schedule, v) pairs to try for S = ``s`` ranks and ``m`` micro-batches (module docstring)."""
     names = [fixed] if fixed is not None else ["1f1b", "zb-h1", "interleaved-1f1b"]
     found = []
@@ -190,4 +198,5 @@ def _schedules(shape: TransformerShape, s: int, m: int, fixed: str | None,
     return found
 
 
-__all__ = ["MICRO_BATCHES", "ScalePlan", "search_scale_plan"]
+__all__ = ["MICRO_BATCHES", "ScalePlan", "data_counts", "pipeline_choices", "schedule_choices", "search_scale_plan",
+           "tensor_choices"]
