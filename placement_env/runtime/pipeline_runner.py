@@ -62,6 +62,8 @@ from placement_env.plan.pipeline_plan import PipelinePlan
 from .live_bytes import LiveBytes
 from .local_workers import check_local_workers, heartbeat, run_on_local_workers
 from .losses import sum_of_outputs
+from .pipelining_support import contiguous_messages, skipped_chunk
+from .portable import portable
 
 SCHEDULE_CLASSES = {name: str(SCHEDULES[name].runner) for name in schedules_for("runner")}
 """The ``torch.distributed.pipelining`` schedule that runs each of the plan's schedules."""
@@ -163,7 +165,7 @@ def run_pipeline(model: Any, example_inputs: Sequence[Any] | Any, plan: Pipeline
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     job = _Job(_saved(model), args, dict(example_kwargs or {}), targets,
                [called_split_point(model, name) for name in plan.split_spec], plan.microbatches,
-               plan.schedule, steps, _portable("loss_fn", loss_fn), _portable("optimizer", optimizer),
+               plan.schedule, steps, portable("loss_fn", loss_fn), portable("optimizer", optimizer),
                "cpu" if devices is None else str(devices), process_mesh(plan), plan.virtual_stages,
                tuple(stage.recompute for stage in plan.stages[:plan.num_stages]))
     world = plan.num_stages * plan.replicas
@@ -240,7 +242,7 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
     stage of a replica (``job.mesh``); its step times, peak bytes, losses (a last stage) and parameters by first
     name (replica 0)."""
     warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")  # pipelining's pickled specs
-    _contiguous_messages()
+    contiguous_messages()
     device = torch.device(f"cuda:{rank}" if job.device == "cuda" else "cpu")
     model = torch.load(io.BytesIO(job.model), weights_only=False)
     m, replicas, stages = job.microbatches, len(job.mesh), len(job.mesh[0])
@@ -367,61 +369,6 @@ def run_stage(rank: int, world: int, job: _Job) -> dict:
     after = {name: copies[0].detach().float().cpu().numpy().copy() for name, copies in local.items()
              if copies[0].requires_grad} if replica == 0 else {}
     return {"steps": times, "peak": peak, "losses": step_losses if last else [], "parameters": after, "last": last}
-
-
-def skipped_chunk(pipe: Any) -> tuple[int, int] | None:
-    """``(chunk, source)`` of the first chunk of a traced pipeline that takes an input from a chunk other than the
-    one before it (or from the model's inputs, beyond chunk 0); None when every chunk reads only its neighbour."""
-    calls = [n for n in pipe.split_gm.graph.nodes if n.op == "call_module"]
-    index = {n: k for k, n in enumerate(calls)}
-    for k, node in enumerate(calls):
-        for arg in pytree.tree_leaves((node.args, node.kwargs)):
-            source = arg
-            while getattr(source, "op", None) == "call_function" and source.args:  # getitem of a chunk's outputs
-                source = source.args[0]
-            if getattr(source, "op", None) == "placeholder" and k > 0:
-                return k, 0
-            if source in index and index[source] != k - 1:
-                return k, index[source]
-    return None
-
-
-class _ContiguousSends:
-    """``torch.distributed`` as the pipeline stages see it, but every tensor they send made contiguous first."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(dist, name)
-
-    @staticmethod
-    def P2POp(op: Any, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - dist's name
-        return dist.P2POp(op, tensor.contiguous() if op is dist.isend else tensor, *args, **kwargs)
-
-
-def _contiguous_messages() -> None:
-    """Make ``torch.distributed.pipelining``'s messages contiguous, in this process: torch 2.13's stages send a
-    stage's outputs and gradients with the strides they were traced with and receive into buffers of those
-    strides, and gloo refuses a tensor that is not contiguous (BERT's and ViT's attention outputs are transposed
-    views). A stage's ops take a contiguous input as well as a strided one."""
-    import torch.distributed.pipelining.stage as stage_module
-
-    stage_module._make_tensor_from_meta = lambda meta, device: torch.empty(meta.shape, dtype=meta.dtype,
-                                                                           device=device)
-    stage_module.dist = _ContiguousSends()  # type: ignore[assignment]
-
-
-def _portable(name: str, function: Callable | None) -> bytes | None:
-    """``function`` as bytes every stage process can load (cloudpickle: a lambda or a closure by value, a module's
-    function by reference); ``ValueError`` before any worker starts when it cannot be sent, saying what to pass."""
-    if function is None:
-        return None
-    if not callable(function):
-        raise TypeError(f"{name} must be callable, got {type(function).__name__}")
-    try:
-        return cloudpickle.dumps(function)
-    except Exception as error:  # noqa: BLE001 - whatever keeps it from pickling, said before the workers start
-        raise ValueError(f"{name} cannot be sent to the stage processes ({type(error).__name__}: "
-                         f"{first_line(error)}): pass a function of a module, a functools.partial of one, or a "
-                         "lambda that holds only picklable values") from None
 
 
 def sgd(parameters: list, lr: float) -> torch.optim.Optimizer:

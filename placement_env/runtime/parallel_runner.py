@@ -1,0 +1,246 @@
+"""Tensor and sharded data parallelism that run: :func:`run_parallel`, training steps of a ``tensor x data``
+:class:`~placement_env.parallelism.Parallelism` with torch's own modules.
+
+Each of the ``t x d`` ranks is one process (local gloo workers, :mod:`placement_env.runtime.local_workers`) on a
+``(dp, tp)`` ``DeviceMesh`` (tensor ranks neighbours, as Megatron-LM and the simulator number them):
+
+* tensor parallelism by ``torch.distributed.tensor.parallel.parallelize_module``: ``ColwiseParallel`` and
+  ``RowwiseParallel`` on the modules of the model's own tensor-parallel plan (``config.base_model_tp_plan``, as
+  transformers ships it for Llama, Mistral, ...), or of one derived from module names (:func:`tensor_plan`:
+  ``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj``, ``up_proj``, ``query``, ``key``, ``value``, ``fc1`` split by
+  columns; ``o_proj``, ``down_proj``, ``fc2`` by rows). A module it cannot split is refused by name (GPT-2's
+  ``c_attn`` holds the queries, keys and values in one matrix: a column split would mix them);
+* the data-parallel ranks each take ``1 / d`` of the batch: ZeRO 0 all-reduces the gradients (averaged), ZeRO 1
+  shards the optimizer's states (``ZeroRedundancyOptimizer``), ZeRO 2 and 3 shard gradients and parameters with
+  FSDP2 (``fully_shard`` each layer and the model, ``reshard_after_forward`` False for 2, True for 3);
+* ``microbatches`` micro-batches a step accumulate their gradients (each loss divided by their count), then the
+  optimizer steps.
+
+What it reports (:class:`ParallelRun`): each step's seconds (the slowest rank's, from a barrier), the losses, each
+rank's parameter bytes held (what the sharding leaves it), and the parameters after the steps, whole, by name.
+Not yet: pipelines with tensor or sharded data parallelism (run a pipeline with
+:func:`~placement_env.runtime.pipeline_runner.run_pipeline`), sequence parallelism; each refused by name.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import io
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+from placement_env.parallelism import Parallelism
+
+from .local_workers import check_local_workers, heartbeat, run_on_local_workers
+from .losses import sum_of_outputs
+from .portable import portable
+
+COLUMN_NAMES = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "query", "key", "value", "fc1", "w1", "w3")
+ROW_NAMES = ("o_proj", "down_proj", "fc2", "w2")
+UNSPLITTABLE = {"c_attn": "holds the queries, keys and values in one matrix: a column split would mix them"}
+
+
+@dataclass(frozen=True)
+class ParallelRun:
+    """What :func:`run_parallel` measured: ``steps`` (seconds each, the slowest rank's), ``seconds`` (their median),
+    ``losses`` (each step's mean over the replicas), ``held_bytes`` (per rank, the parameter bytes it holds) and
+    ``parameters`` (whole, by name, after the steps)."""
+
+    steps: list[float]
+    losses: list[float]
+    held_bytes: list[float]
+    parameters: dict[str, np.ndarray]
+
+    @property
+    def seconds(self) -> float:
+        return float(statistics.median(self.steps))
+
+
+def tensor_plan(model: torch.nn.Module) -> dict[str, Any]:
+    """The tensor-parallel plan of ``model``: ``{module name: ColwiseParallel() or RowwiseParallel()}``, from its
+    transformers ``base_model_tp_plan`` when it has one (names relative to its base model), else from module
+    names (module docstring). Raises ``ValueError`` naming a module it cannot split, or a plan entry of a kind it
+    does not run."""
+    modules = dict(model.named_modules())
+    config = getattr(model, "config", None)
+    shipped = getattr(config, "base_model_tp_plan", None) if config is not None else None
+    plan: dict[str, Any] = {}
+    if shipped:
+        prefix = getattr(model, "base_model_prefix", "")
+        for pattern, kind in shipped.items():
+            if kind not in ("colwise", "rowwise"):
+                raise ValueError(f"the model's tensor-parallel plan splits {pattern!r} as {kind!r}; the runner runs "
+                                 "colwise and rowwise splits")
+            patterns = [pattern, *([f"{prefix}.{pattern}"] if prefix else [])]  # relative to the base model
+            for name in modules:
+                if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+                    plan[name] = ColwiseParallel() if kind == "colwise" else RowwiseParallel()
+        if not plan:
+            raise ValueError(f"the tensor-parallel plan of model {type(model).__name__} names no module it has")
+        return plan
+    for name, module in modules.items():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in UNSPLITTABLE:
+            raise ValueError(f"module {name!r} cannot be split by tensor parallelism: it {UNSPLITTABLE[leaf]}")
+        if isinstance(module, torch.nn.Linear) and leaf in COLUMN_NAMES:
+            plan[name] = ColwiseParallel()
+        elif isinstance(module, torch.nn.Linear) and leaf in ROW_NAMES:
+            plan[name] = RowwiseParallel()
+    if not plan:
+        raise ValueError(f"model {type(model).__name__} has no module the runner knows how to split (by name: "
+                         f"{', '.join(COLUMN_NAMES + ROW_NAMES)}), and no base_model_tp_plan")
+    return plan
+
+
+@dataclass(frozen=True)
+class _Job:
+    model: bytes
+    args: tuple
+    kwargs: dict[str, Any]
+    targets: Any
+    tensor: int
+    data: int
+    microbatches: int
+    zero: int
+    steps: int
+    loss_fn: bytes | None
+    optimizer: bytes | None
+
+
+def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, parallelism: Parallelism, *,
+                 steps: int = 1, loss_fn: Callable[[Any, Any], Any] | None = None, targets: Any = None,
+                 optimizer: Callable[[list], Any] | None = None,
+                 example_kwargs: Mapping[str, Any] | None = None) -> ParallelRun:
+    """Run ``steps`` training steps of ``model`` as ``parallelism`` says (module docstring) on ``t x d`` local
+    workers.
+
+    Args:
+        model: an ``nn.Module`` (pickled to the workers: its class must be importable).
+        example_inputs, example_kwargs: one batch (tensors cut along their first dimension: ``1 / d`` a replica,
+            then ``microbatches`` micro-batches).
+        parallelism: ``tensor`` x ``data`` ranks, ``microbatches``, ``zero``; ``pipeline`` 1.
+        loss_fn: ``loss_fn(output, target)`` per micro-batch (default: the sum of the output); ``targets``, cut as
+            the inputs. ``optimizer``: ``optimizer(parameters)``, a lambda or a closure allowed (default: no
+            update). Both travel by cloudpickle.
+
+    Raises:
+        ValueError: a pipeline, sequence parallelism, recomputation (run pipelines and recomputation with
+            ``run_pipeline``), ZeRO 1 with tensor parallelism, a batch that ``d x microbatches`` does not
+            divide, a module tensor parallelism cannot split, more workers than the machine runs.
+        RuntimeError: a rank failed (its error) or died.
+    """
+    if not isinstance(parallelism, Parallelism):
+        raise TypeError(f"parallelism must be a Parallelism, got {type(parallelism).__name__}")
+    p = parallelism
+    if p.pipeline > 1:
+        raise ValueError(f"run_parallel runs tensor x data parallelism; this plan has {p.pipeline} pipeline ranks: run "
+                         "a pipeline with run_pipeline (pipelines with tensor or sharded data parallelism are not run "
+                         "yet)")
+    if p.sequence_parallel:
+        raise ValueError("sequence parallelism is not run yet: give sequence_parallel=False (the same step, the "
+                         "norms repeated on each tensor rank)")
+    if p.recompute != "none":
+        raise ValueError(f"recompute {p.recompute!r}: run_parallel does not recompute (run_pipeline does)")
+    if p.zero == 1 and p.tensor > 1:
+        raise ValueError("ZeRO 1 with tensor parallelism: torch's ZeroRedundancyOptimizer takes no DTensor; use ZeRO "
+                         "2 (FSDP2) or 0")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    kwargs = dict(example_kwargs or {})
+    batch = next((t.shape[0] for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor) and t.dim() > 0),
+                 None)
+    if batch is not None:
+        p.check_batch(batch)
+    if p.tensor > 1:
+        tensor_plan(model)  # a module it cannot split is refused here, before any worker starts
+    check_local_workers(p.devices)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    job = _Job(buffer.getvalue(), args, kwargs, targets, p.tensor, p.data, p.microbatches, p.zero, steps,
+               portable("loss_fn", loss_fn), portable("optimizer", optimizer))
+    reports = run_on_local_workers(p.devices, run_rank, job)
+    steps_of = np.max([r["steps"] for r in reports], axis=0).tolist()
+    losses = np.mean([r["losses"] for r in reports], axis=0).tolist()
+    return ParallelRun(steps_of, losses, [r["held"] for r in reports], reports[0]["parameters"])
+
+
+def _share(value: Any, index: int, parts: int) -> Any:
+    return value.chunk(parts)[index] if isinstance(value, torch.Tensor) and value.dim() > 0 else value
+
+
+def run_rank(rank: int, world: int, job: _Job) -> dict:
+    """Rank ``rank``'s part of :func:`run_parallel` in an initialised gloo group of ``world`` processes."""
+    model = torch.load(io.BytesIO(job.model), weights_only=False)
+    mesh = init_device_mesh("cpu", (job.data, job.tensor), mesh_dim_names=("dp", "tp"))
+    replica = rank // job.tensor  # tensor ranks are neighbours
+    if job.tensor > 1:
+        parallelize_module(model, mesh["tp"], tensor_plan(model))
+    if job.zero >= 2:
+        layers = [m for name, m in model.named_modules() if name.count(".") >= 1 and name.rsplit(".", 1)[-1].isdigit()]
+        for layer in layers:
+            fully_shard(layer, mesh=mesh["dp"], reshard_after_forward=job.zero == 3)
+        fully_shard(model, mesh=mesh["dp"], reshard_after_forward=job.zero == 3)
+    parameters = [q for q in model.parameters() if q.requires_grad]
+    optimizer = None
+    if job.optimizer is not None and parameters:
+        factory = cloudpickle.loads(job.optimizer)
+        if job.zero == 1 and job.data > 1:
+            probe = factory([torch.nn.Parameter(torch.zeros(1))])  # the user's optimizer: its class and settings
+            accepted = inspect.signature(type(probe).__init__).parameters
+            settings = {k: v for k, v in probe.defaults.items() if k in accepted}
+            optimizer = ZeroRedundancyOptimizer(parameters, optimizer_class=type(probe),
+                                                process_group=mesh["dp"].get_group(), **settings)
+        else:
+            optimizer = factory(parameters)
+    loss_fn = cloudpickle.loads(job.loss_fn) if job.loss_fn is not None else sum_of_outputs
+    args = [_share(a, replica, job.data) for a in job.args]
+    kwargs = {k: _share(v, replica, job.data) for k, v in job.kwargs.items()}
+    targets = _share(job.targets, replica, job.data)
+    m = job.microbatches
+    times, losses = [], []
+    for k in range(job.steps):
+        heartbeat(f"rank {rank} (replica {replica}, tensor rank {rank % job.tensor}): step {k + 1} of {job.steps}")
+        dist.barrier()
+        t0 = time.perf_counter()
+        total = 0.0
+        for j in range(m):
+            output = model(*[_share(a, j, m) for a in args], **{n: _share(v, j, m) for n, v in kwargs.items()})
+            loss = loss_fn(output, _share(targets, j, m)) / m
+            loss.backward()
+            total += float(loss.detach().float())
+        if job.zero <= 1 and job.data > 1:  # plain replicas: their gradients averaged over the data ranks
+            for q in parameters:
+                if q.grad is not None:
+                    local = q.grad.to_local() if isinstance(q.grad, DTensor) else q.grad
+                    dist.all_reduce(local, group=mesh["dp"].get_group())
+                    local /= job.data
+        if optimizer is not None:
+            optimizer.step()
+            optimizer.zero_grad()
+        else:
+            model.zero_grad()
+        times.append(time.perf_counter() - t0)
+        losses.append(total)
+    held = float(sum((q.to_local() if isinstance(q, DTensor) else q).numel() * q.element_size()
+                     for q in model.parameters()))
+    whole = {name: (q.full_tensor() if isinstance(q, DTensor) else q).detach().float().numpy().copy()
+             for name, q in model.named_parameters()}
+    return {"steps": times, "losses": losses, "held": held, "parameters": whole if rank == 0 else {}}
+
+
+__all__ = ["ParallelRun", "run_parallel", "tensor_plan"]
