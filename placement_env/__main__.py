@@ -28,6 +28,7 @@ import importlib
 import json
 import math
 import sys
+from typing import Any
 
 from placement_env.checks import first_line
 from placement_env.cli import (
@@ -40,13 +41,20 @@ from placement_env.cli import (
     run_cli,
 )
 from placement_env.graph.placement_io import read_placement
-from placement_env.json_files import write_json_file, write_text_atomically
+from placement_env.json_files import read_json_file, write_json_file, write_text_atomically
 from placement_env.plan.exports import deepspeed_partition, device_mesh, megatron_arguments
 from placement_env.plan.pipeline_plan import PipelinePlan, plan_from_placement
 from placement_env.plan.planner import LAYOUTS, SPLITS, search_plan
 from placement_env.plan.schedules import PLAN_SCHEDULES
 from placement_env.runtime import to_device_map, to_split_points
-from placement_env.scale_cli import SCALE_EXPORTS, add_scale_args, refuse_scale_only, scale_plan_command
+from placement_env.scale_cli import (
+    SCALE_EXPORTS,
+    SCALE_PLAN_FORMAT,
+    add_scale_args,
+    refuse_scale_only,
+    scale_plan_command,
+    scale_plan_parallelism,
+)
 from placement_env.sim.chrome_trace import write_chrome_trace
 from placement_env.sim.simulator import check_placement, checked_param_factor, simulate
 from placement_env.zoo.registry import (
@@ -252,7 +260,10 @@ def run_plan(args: argparse.Namespace) -> int:
         raise ValueError(f"--steps must be an integer >= 1, got {args.steps}")
     if args.sgd is not None and not (math.isfinite(args.sgd) and args.sgd >= 0):
         raise ValueError(f"--sgd must be a finite learning rate >= 0, got {args.sgd}")
-    plan = PipelinePlan.from_json(args.plan)
+    data = read_json_file(args.plan)
+    at_scale = isinstance(data, dict) and data.get("format") == SCALE_PLAN_FORMAT
+    plan = None if at_scale else PipelinePlan.from_dict(data, source=args.plan)
+    parallelism = scale_plan_parallelism(data, args.plan) if at_scale else None
     model, inputs, kwargs = model_from_factory(args.model)
     from placement_env.runtime.losses import causal_lm_loss, is_causal_lm  # loads torch; other commands need none
     from placement_env.runtime.pipeline_runner import run_pipeline, sgd  # torch too, as above
@@ -267,6 +278,9 @@ def run_plan(args: argparse.Namespace) -> int:
               "training objective); give --loss causal-lm for a language model", file=sys.stderr)
     optimizer = None if args.sgd is None else functools.partial(sgd, lr=args.sgd)
     loss_fn, targets = (causal_lm_loss, kwargs["input_ids"]) if loss == "causal-lm" else (None, None)
+    if parallelism is not None:
+        return _run_at_scale(args, model, inputs, kwargs, parallelism, optimizer, loss_fn, targets, loss)
+    assert plan is not None
     try:
         result = run_pipeline(model, inputs, plan, steps=args.steps, example_kwargs=kwargs, optimizer=optimizer,
                               loss_fn=loss_fn, targets=targets)
@@ -282,6 +296,27 @@ def run_plan(args: argparse.Namespace) -> int:
               f"{stage.simulated_peak_memory / 2**20:.1f} MiB simulated")
     if args.out:
         write_text_atomically(args.out, json.dumps(result.to_dict(), indent=1) + "\n")
+    return 0
+
+
+def _run_at_scale(args: argparse.Namespace, model: Any, inputs: tuple, kwargs: dict, parallelism: Any,
+                  optimizer: Any, loss_fn: Any, targets: Any, loss: str) -> int:
+    """``run`` of a plan at scale: :func:`~placement_env.runtime.parallel_runner.run_parallel` on t x d local
+    workers; a summary, and JSON in ``args.out``."""
+    from placement_env.runtime.parallel_runner import run_parallel  # torch: as run_plan's imports
+
+    try:
+        result = run_parallel(model, inputs, parallelism, steps=args.steps, example_kwargs=kwargs,
+                              optimizer=optimizer, loss_fn=loss_fn, targets=targets)
+    except RuntimeError as error:  # a rank failed or died: its first line says which and why
+        raise ValueError(first_line(error)) from None
+    print(f"plan {args.plan}: {parallelism.describe()}; {args.steps} steps on local workers; loss {loss}")
+    print(f"step         {result.seconds * 1e3:.3f} ms (median)")
+    print(f"losses       {', '.join(f'{x:.6g}' for x in result.losses)}")
+    print(f"held         {', '.join(f'{b / 2**20:.2f}' for b in result.held_bytes)} MiB of parameters a rank")
+    if args.out:
+        write_text_atomically(args.out, json.dumps({"steps": result.steps, "losses": result.losses,
+                                                    "held_bytes": result.held_bytes}, indent=1) + "\n")
     return 0
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from placement_env.json_files import write_text_atomically
+from placement_env.parallelism import Parallelism
 from placement_env.plan.scale.exports import deepspeed_config, device_mesh, megatron_arguments, torchtitan_toml
 from placement_env.plan.scale.gpu_model import GIB, GpuCluster
 from placement_env.plan.scale.model_shape import TransformerShape, shape_from_config
@@ -25,6 +26,7 @@ from placement_env.plan.scale.planner import ScalePlan, search_scale_plan
 from placement_env.plan.scale.step import ORDERS
 
 SCALE_EXPORTS = ("plan", "megatron", "torchtitan", "deepspeed", "device-mesh")
+SCALE_PLAN_FORMAT = "device-placement-scale-plan"
 SCALE_ONLY = ("tensor", "zero", "micro_batch_size", "sequence_parallel", "order", "flash_attention", "overlap",
               "sequence")
 
@@ -115,12 +117,25 @@ def export_scale_plan(plan: ScalePlan, kind: str) -> dict | str:
     if kind == "device-mesh":
         return device_mesh(plan)
     p = plan.parallelism
-    return {"shape": {k: v for k, v in vars(plan.shape).items()}, "gpus": plan.cluster.gpus,
+    return {"format": SCALE_PLAN_FORMAT, "version": 1,
+            "shape": {k: v for k, v in vars(plan.shape).items()}, "gpus": plan.cluster.gpus,
             "gpu": plan.cluster.gpu.name, "per_node": plan.cluster.per_node, "global_batch": plan.global_batch,
             "parallelism": {k: v for k, v in vars(p).items()}, "micro_batch": plan.micro_batch, "order": plan.order,
             "simulated_step_seconds": plan.step.seconds,
             "simulated_peak_memory": [float(x) for x in plan.step.peak_memory]}
 
 
-__all__ = ["SCALE_EXPORTS", "add_scale_args", "export_scale_plan", "read_shape", "refuse_scale_only",
-           "scale_plan_command"]
+def scale_plan_parallelism(data: dict, source: str) -> Parallelism:
+    """The :class:`~placement_env.parallelism.Parallelism` of a plan file of ``plan --shape --export plan``;
+    ``ValueError`` naming the file and what is wrong."""
+    fields = data.get("parallelism")
+    if data.get("version") != 1 or not isinstance(fields, dict):
+        raise ValueError(f"{source}: a plan at scale of version 1 with a 'parallelism' object is needed")
+    try:
+        return Parallelism(**fields)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{source}: {error}") from None
+
+
+__all__ = ["SCALE_EXPORTS", "SCALE_PLAN_FORMAT", "add_scale_args", "export_scale_plan", "read_shape",
+           "refuse_scale_only", "scale_plan_command", "scale_plan_parallelism"]
