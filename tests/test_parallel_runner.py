@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 from placement_env import Parallelism  # noqa: E402
 from placement_env.runtime.losses import causal_lm_loss  # noqa: E402
-from placement_env.runtime.parallel_runner import run_parallel, tensor_plan  # noqa: E402
+from placement_env.runtime.parallel_runner import run_parallel, sequence_plan, tensor_plan  # noqa: E402
 
 VOCAB, BATCH, SEQUENCE = 64, 8, 8
 
@@ -42,17 +42,18 @@ def whole_step(model, ids, replicas, microbatches):
     return reference, float(torch.stack(losses).mean().detach())
 
 
-@pytest.mark.parametrize(("tensor", "data", "zero", "microbatches"), [
-    (2, 1, 0, 1),   # tensor parallelism alone
-    (1, 2, 0, 2),   # plain replicas, gradient accumulation
-    (1, 2, 1, 1),   # ZeRO 1: ZeroRedundancyOptimizer
-    (1, 2, 3, 1),   # FSDP2, resharded after the forward
-    (2, 2, 2, 1),   # tensor x data with FSDP2 (ZeRO 2): four workers
+@pytest.mark.parametrize(("tensor", "data", "zero", "microbatches", "sequence"), [
+    (2, 1, 0, 1, False),   # tensor parallelism alone
+    (2, 1, 0, 1, True),    # and sequence parallelism
+    (1, 2, 0, 2, False),   # plain replicas, gradient accumulation
+    (1, 2, 1, 1, False),   # ZeRO 1: ZeroRedundancyOptimizer
+    (1, 2, 3, 1, False),   # FSDP2, resharded after the forward
+    (2, 2, 2, 1, True),    # tensor (sequence parallel) x data with FSDP2 (ZeRO 2): four workers
 ])
-def test_a_parallel_adamw_step_is_the_whole_one(tensor, data, zero, microbatches):
+def test_a_parallel_adamw_step_is_the_whole_one(tensor, data, zero, microbatches, sequence):
     model = tiny_llama()
     ids = torch.randint(0, VOCAB, (BATCH, SEQUENCE), generator=torch.Generator().manual_seed(1))
-    p = Parallelism(tensor=tensor, data=data, zero=zero, microbatches=microbatches)
+    p = Parallelism(tensor=tensor, data=data, zero=zero, microbatches=microbatches, sequence_parallel=sequence)
     run = run_parallel(model, (), p, example_kwargs={"input_ids": ids}, targets=ids, loss_fn=causal_lm_loss,
                        optimizer=adamw)
     reference, loss = whole_step(model, ids, data, microbatches)
@@ -76,13 +77,16 @@ def test_the_tensor_plan_is_the_model_s_own_or_refused_by_name():
                                                                  n_positions=16))
     with pytest.raises(ValueError, match="module 'transformer.h.0.attn.c_attn' cannot be split"):
         tensor_plan(gpt2)
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    mlp.add_module("fc1", torch.nn.Linear(4, 8))
+    with pytest.raises(ValueError, match="sequence parallelism needs a decoder named as transformers' Llama family"):
+        sequence_plan(mlp)
 
 
 def test_what_it_does_not_run_is_refused_before_any_worker_starts():
     model = tiny_llama()
     ids = torch.randint(0, VOCAB, (BATCH, SEQUENCE))
     for p, named in ((Parallelism(pipeline=2, microbatches=2), "pipeline ranks: run a pipeline with run_pipeline"),
-                     (Parallelism(tensor=2, sequence_parallel=True), "sequence parallelism is not run yet"),
                      (Parallelism(tensor=2, data=2, zero=1), "ZeRO 1 with tensor parallelism"),
                      (Parallelism(data=3), "3 replicas x 1 micro-batches = 3 do not divide the batch of 8")):
         with pytest.raises(ValueError, match=named):

@@ -18,8 +18,9 @@ Each of the ``t x d`` ranks is one process (local gloo workers, :mod:`placement_
 
 What it reports (:class:`ParallelRun`): each step's seconds (the slowest rank's, from a barrier), the losses, each
 rank's parameter bytes held (what the sharding leaves it), and the parameters after the steps, whole, by name.
-Not yet: pipelines with tensor or sharded data parallelism (run a pipeline with
-:func:`~placement_env.runtime.pipeline_runner.run_pipeline`), sequence parallelism; each refused by name.
+With ``sequence_parallel``, the norms of a Llama-family decoder run on their shard of the sequence
+(:func:`sequence_plan`). Not yet: pipelines with tensor or sharded data parallelism (run a pipeline with
+:func:`~placement_env.runtime.pipeline_runner.run_pipeline`), refused by name.
 """
 
 from __future__ import annotations
@@ -40,8 +41,14 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
-from torch.distributed.tensor import DTensor
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
 
 from placement_env.parallelism import Parallelism
 
@@ -68,6 +75,43 @@ class ParallelRun:
     @property
     def seconds(self) -> float:
         return float(statistics.median(self.steps))
+
+
+SEQUENCE_NAMES = ("embed_tokens", "input_layernorm", "post_attention_layernorm", "self_attn", "mlp", "norm", "lm_head")
+"""The module names of a decoder (transformers' Llama family) whose sequence-parallel plan the runner builds."""
+
+
+def sequence_plan(model: torch.nn.Module) -> dict[str, Any]:
+    """The tensor plan of :func:`tensor_plan` with the norms split along the sequence (Megatron-LM's sequence
+    parallelism, as torchtitan writes it for Llama): the embedding's output and each block's output projections
+    leave the sequence sharded (``Shard(1)``), the norms run on their shard (``SequenceParallel``), the attention
+    and the FFN gather it back (``PrepareModuleInput``), the output layer gathers the logits. Needs the module names
+    of transformers' Llama family (:data:`SEQUENCE_NAMES`); ``ValueError`` naming what is missing otherwise."""
+    modules = dict(model.named_modules())
+    plan = tensor_plan(model)
+    norms = [name for name in modules if name.endswith(".input_layernorm")]
+    missing = [n for n in ("embed_tokens", "lm_head") if not any(m.endswith(n) for m in modules)]
+    if not norms or missing:
+        raise ValueError(f"sequence parallelism needs a decoder named as transformers' Llama family "
+                         f"({', '.join(SEQUENCE_NAMES)}); model {type(model).__name__} lacks "
+                         f"{missing[0] if missing else 'input_layernorm'}")
+    embedding = next(m for m in modules if m.endswith("embed_tokens"))
+    plan[embedding] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False)
+    final = embedding.rsplit(".", 1)[0] + ".norm" if "." in embedding else "norm"
+    if final in modules:
+        plan[final] = SequenceParallel()
+    plan[next(m for m in modules if m.endswith("lm_head"))] = ColwiseParallel(input_layouts=Shard(1),
+                                                                            output_layouts=Replicate())
+    for norm in norms:
+        block = norm.rsplit(".", 1)[0]
+        plan[norm] = SequenceParallel()
+        plan[f"{block}.post_attention_layernorm"] = SequenceParallel()
+        plan[f"{block}.self_attn"] = PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                                        desired_input_kwarg_layouts={"hidden_states": Replicate()})
+        plan[f"{block}.mlp"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        for name in (f"{block}.self_attn.o_proj", f"{block}.mlp.down_proj"):
+            plan[name] = RowwiseParallel(output_layouts=Shard(1), use_local_output=False)
+    return plan
 
 
 def tensor_plan(model: torch.nn.Module) -> dict[str, Any]:
@@ -113,6 +157,7 @@ class _Job:
     kwargs: dict[str, Any]
     targets: Any
     tensor: int
+    sequence_parallel: bool
     data: int
     microbatches: int
     zero: int
@@ -138,9 +183,10 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
             update). Both travel by cloudpickle.
 
     Raises:
-        ValueError: a pipeline, sequence parallelism, recomputation (run pipelines and recomputation with
-            ``run_pipeline``), ZeRO 1 with tensor parallelism, a batch that ``d x microbatches`` does not
-            divide, a module tensor parallelism cannot split, more workers than the machine runs.
+        ValueError: a pipeline, recomputation (run pipelines and recomputation with ``run_pipeline``), sequence
+            parallelism on a model not named as a Llama, ZeRO 1 with tensor parallelism, a batch that
+            ``d x microbatches`` does not divide, a module tensor parallelism cannot split, more workers than the
+            machine runs.
         RuntimeError: a rank failed (its error) or died.
     """
     if not isinstance(parallelism, Parallelism):
@@ -150,9 +196,6 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
         raise ValueError(f"run_parallel runs tensor x data parallelism; this plan has {p.pipeline} pipeline ranks: run "
                          "a pipeline with run_pipeline (pipelines with tensor or sharded data parallelism are not run "
                          "yet)")
-    if p.sequence_parallel:
-        raise ValueError("sequence parallelism is not run yet: give sequence_parallel=False (the same step, the "
-                         "norms repeated on each tensor rank)")
     if p.recompute != "none":
         raise ValueError(f"recompute {p.recompute!r}: run_parallel does not recompute (run_pipeline does)")
     if p.zero == 1 and p.tensor > 1:
@@ -166,13 +209,13 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
                  None)
     if batch is not None:
         p.check_batch(batch)
-    if p.tensor > 1:
-        tensor_plan(model)  # a module it cannot split is refused here, before any worker starts
+    if p.tensor > 1:  # a module it cannot split is refused here, before any worker starts
+        sequence_plan(model) if p.sequence_parallel else tensor_plan(model)
     check_local_workers(p.devices)
     buffer = io.BytesIO()
     torch.save(model, buffer)
-    job = _Job(buffer.getvalue(), args, kwargs, targets, p.tensor, p.data, p.microbatches, p.zero, steps,
-               portable("loss_fn", loss_fn), portable("optimizer", optimizer))
+    job = _Job(buffer.getvalue(), args, kwargs, targets, p.tensor, p.sequence_parallel, p.data, p.microbatches,
+               p.zero, steps, portable("loss_fn", loss_fn), portable("optimizer", optimizer))
     reports = run_on_local_workers(p.devices, run_rank, job)
     steps_of = np.max([r["steps"] for r in reports], axis=0).tolist()
     losses = np.mean([r["losses"] for r in reports], axis=0).tolist()
@@ -189,7 +232,7 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
     mesh = init_device_mesh("cpu", (job.data, job.tensor), mesh_dim_names=("dp", "tp"))
     replica = rank // job.tensor  # tensor ranks are neighbours
     if job.tensor > 1:
-        parallelize_module(model, mesh["tp"], tensor_plan(model))
+        parallelize_module(model, mesh["tp"], sequence_plan(model) if job.sequence_parallel else tensor_plan(model))
     if job.zero >= 2:
         layers = [m for name, m in model.named_modules() if name.count(".") >= 1 and name.rsplit(".", 1)[-1].isdigit()]
         for layer in layers:
@@ -243,4 +286,4 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
     return {"steps": times, "losses": losses, "held": held, "parameters": whole if rank == 0 else {}}
 
 
-__all__ = ["ParallelRun", "run_parallel", "tensor_plan"]
+__all__ = ["ParallelRun", "run_parallel", "sequence_plan", "tensor_plan"]
