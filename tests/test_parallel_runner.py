@@ -20,9 +20,9 @@ from placement_env.runtime.parallel_runner import run_parallel, sequence_plan, t
 VOCAB, BATCH, SEQUENCE = 64, 8, 8
 
 
-def tiny_llama():
+def tiny_llama(layers: int = 2):
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
                                       use_cache=False)
     return transformers.LlamaForCausalLM(config).train()
@@ -86,7 +86,11 @@ def test_the_tensor_plan_is_the_model_s_own_or_refused_by_name():
 def test_what_it_does_not_run_is_refused_before_any_worker_starts():
     model = tiny_llama()
     ids = torch.randint(0, VOCAB, (BATCH, SEQUENCE))
-    for p, named in ((Parallelism(pipeline=2, microbatches=2), "pipeline ranks: run a pipeline with run_pipeline"),
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="model Sequential is not one: run its pipeline with run_pipeline"):
+        run_parallel(mlp, (torch.randn(8, 4),), Parallelism(pipeline=2, microbatches=2))
+    for p, named in ((Parallelism(pipeline=4, microbatches=4), "4 pipeline ranks for 2 layers"),
+                     (Parallelism(pipeline=2, microbatches=2, schedule="zb-h1"), "runs 1f1b or gpipe"),
                      (Parallelism(tensor=2, data=2, zero=1), "ZeRO 1 with tensor parallelism"),
                      (Parallelism(data=3), "3 replicas x 1 micro-batches = 3 do not divide the batch of 8")):
         with pytest.raises(ValueError, match=named):
@@ -123,3 +127,26 @@ def test_a_plan_at_scale_runs_from_the_command_line(tmp_path):
     assert "t2 x p1 x d2" in ran.stdout and "ZeRO-2" in ran.stdout and "loss causal-lm" in ran.stdout
     losses = [float(x) for x in ran.stdout.split("losses")[1].splitlines()[0].split(",")]
     assert len(losses) == 2 and losses[1] < losses[0] < 5.5  # cross-entropy about ln 64, learning
+
+
+@pytest.mark.parametrize(("pipeline", "tensor", "data", "zero", "schedule"), [
+    (2, 2, 2, 2, "1f1b"),    # 2 x 2 x 2 on 8 workers: pipeline, tensor, FSDP2
+    (2, 1, 2, 1, "gpipe"),   # a pipeline with ZeRO 1 replicas
+])
+def test_a_3d_adamw_step_is_the_whole_one(pipeline, tensor, data, zero, schedule):
+    """Issue 65 point 2: a 4-layer Llama cut by hand into stages (DecoderStage), each stage split over tensor ranks
+    and sharded or replicated over data ranks, the stages run by torch's 1F1B or GPipe: one AdamW step within 1e-5
+    of the whole one, with its loss."""
+    model = tiny_llama(layers=4)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQUENCE), generator=torch.Generator().manual_seed(1))
+    p = Parallelism(pipeline=pipeline, tensor=tensor, data=data, zero=zero, microbatches=2, schedule=schedule)
+    run = run_parallel(model, (), p, example_kwargs={"input_ids": ids}, targets=ids, loss_fn=causal_lm_loss,
+                       optimizer=adamw)
+    reference, loss = whole_step(model, ids, data, 2)
+    assert run.losses[0] == pytest.approx(loss, rel=1e-5)
+    expected = dict(reference.named_parameters())
+    assert set(run.parameters) == set(expected)
+    for name, value in run.parameters.items():
+        np.testing.assert_allclose(value, expected[name].detach().numpy(), atol=1e-5, err_msg=name)
+    whole = sum(q.numel() * q.element_size() for q in model.parameters())
+    assert max(run.held_bytes) < whole  # each rank holds a stage (and its share of it)

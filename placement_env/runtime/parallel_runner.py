@@ -1,8 +1,13 @@
-"""Tensor and sharded data parallelism that run: :func:`run_parallel`, training steps of a ``tensor x data``
-:class:`~placement_env.parallelism.Parallelism` with torch's own modules.
+"""Tensor, sequence, sharded data and pipeline parallelism that run: :func:`run_parallel`, training steps of a
+``tensor x pipeline x data`` :class:`~placement_env.parallelism.Parallelism` with torch's own modules.
 
-Each of the ``t x d`` ranks is one process (local gloo workers, :mod:`placement_env.runtime.local_workers`) on a
-``(dp, tp)`` ``DeviceMesh`` (tensor ranks neighbours, as Megatron-LM and the simulator number them):
+Each of the ``t x S x d`` ranks is one process (local gloo workers, :mod:`placement_env.runtime.local_workers`) on
+a ``(pp, dp, tp)`` ``DeviceMesh`` (tensor ranks neighbours, then data, then pipeline: Megatron-LM's order and the
+simulator's ``tp-dp-pp``):
+
+* pipeline ranks (a Llama-family decoder only): the model cut by hand into S stages of consecutive layers
+  (:class:`~placement_env.runtime.decoder_stages.DecoderStage`, the first with the embedding, the last with the
+  norm and the output layer), each a ``PipelineStage`` run by torch's ``Schedule1F1B`` or ``ScheduleGPipe``;
 
 * tensor parallelism by ``torch.distributed.tensor.parallel.parallelize_module``: ``ColwiseParallel`` and
   ``RowwiseParallel`` on the modules of the model's own tensor-parallel plan (``config.base_model_tp_plan``, as
@@ -19,8 +24,9 @@ Each of the ``t x d`` ranks is one process (local gloo workers, :mod:`placement_
 What it reports (:class:`ParallelRun`): each step's seconds (the slowest rank's, from a barrier), the losses, each
 rank's parameter bytes held (what the sharding leaves it), and the parameters after the steps, whole, by name.
 With ``sequence_parallel``, the norms of a Llama-family decoder run on their shard of the sequence
-(:func:`sequence_plan`). Not yet: pipelines with tensor or sharded data parallelism (run a pipeline with
-:func:`~placement_env.runtime.pipeline_runner.run_pipeline`), refused by name.
+(:func:`sequence_plan`). Not run here, each refused by name: a pipeline of another model (run it with
+:func:`~placement_env.runtime.pipeline_runner.run_pipeline`), a pipeline under the interleaved or zero-bubble
+schedules or with sequence parallelism, recomputation.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -52,6 +59,7 @@ from torch.distributed.tensor.parallel import (
 
 from placement_env.parallelism import Parallelism
 
+from .decoder_stages import DecoderStage, is_decoder, stage_layers
 from .local_workers import check_local_workers, heartbeat, run_on_local_workers
 from .losses import sum_of_outputs
 from .portable import portable
@@ -156,6 +164,8 @@ class _Job:
     args: tuple
     kwargs: dict[str, Any]
     targets: Any
+    pipeline: int
+    schedule: str
     tensor: int
     sequence_parallel: bool
     data: int
@@ -193,9 +203,17 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
         raise TypeError(f"parallelism must be a Parallelism, got {type(parallelism).__name__}")
     p = parallelism
     if p.pipeline > 1:
-        raise ValueError(f"run_parallel runs tensor x data parallelism; this plan has {p.pipeline} pipeline ranks: run "
-                         "a pipeline with run_pipeline (pipelines with tensor or sharded data parallelism are not run "
-                         "yet)")
+        if not is_decoder(model):
+            raise ValueError(f"a pipeline of {p.pipeline} ranks: run_parallel cuts a Llama-family decoder into stages "
+                             f"(model.model.layers, embed_tokens, rotary_emb, norm, lm_head); model "
+                             f"{type(model).__name__} is not one: run its pipeline with run_pipeline")
+        if p.schedule not in ("1f1b", "gpipe") or p.sequence_parallel:
+            raise ValueError(f"a pipeline with tensor or sharded data parallelism runs 1f1b or gpipe without sequence "
+                             f"parallelism here; the plan has {p.schedule}"
+                             + (" with sequence parallelism" if p.sequence_parallel else ""))
+        layers = len(getattr(getattr(model, "model"), "layers"))  # noqa: B009 - checked by is_decoder above
+        if p.pipeline > layers:
+            raise ValueError(f"{p.pipeline} pipeline ranks for {layers} layers")
     if p.recompute != "none":
         raise ValueError(f"recompute {p.recompute!r}: run_parallel does not recompute (run_pipeline does)")
     if p.zero == 1 and p.tensor > 1:
@@ -214,12 +232,16 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
     check_local_workers(p.devices)
     buffer = io.BytesIO()
     torch.save(model, buffer)
-    job = _Job(buffer.getvalue(), args, kwargs, targets, p.tensor, p.sequence_parallel, p.data, p.microbatches,
+    job = _Job(buffer.getvalue(), args, kwargs, targets, p.pipeline, p.schedule, p.tensor, p.sequence_parallel,
+               p.data, p.microbatches,
                p.zero, steps, portable("loss_fn", loss_fn), portable("optimizer", optimizer))
     reports = run_on_local_workers(p.devices, run_rank, job)
     steps_of = np.max([r["steps"] for r in reports], axis=0).tolist()
-    losses = np.mean([r["losses"] for r in reports], axis=0).tolist()
-    return ParallelRun(steps_of, losses, [r["held"] for r in reports], reports[0]["parameters"])
+    losses = np.mean([r["losses"] for r in reports if r["last"]], axis=0).tolist()
+    merged: dict[str, np.ndarray] = {}
+    for report in reports:
+        merged.update(report["parameters"])
+    return ParallelRun(steps_of, losses, [r["held"] for r in reports], merged)
 
 
 def _share(value: Any, index: int, parts: int) -> Any:
@@ -227,18 +249,26 @@ def _share(value: Any, index: int, parts: int) -> Any:
 
 
 def run_rank(rank: int, world: int, job: _Job) -> dict:
-    """Rank ``rank``'s part of :func:`run_parallel` in an initialised gloo group of ``world`` processes."""
+    """Rank ``rank``'s part of :func:`run_parallel` in an initialised gloo group of ``world`` processes: pipeline
+    rank ``s``, replica ``r`` and tensor rank ``rank mod t`` of the ``(pp, dp, tp)`` mesh."""
     model = torch.load(io.BytesIO(job.model), weights_only=False)
-    mesh = init_device_mesh("cpu", (job.data, job.tensor), mesh_dim_names=("dp", "tp"))
-    replica = rank // job.tensor  # tensor ranks are neighbours
+    mesh = init_device_mesh("cpu", (job.pipeline, job.data, job.tensor), mesh_dim_names=("pp", "dp", "tp"))
+    s, replica = rank // (job.data * job.tensor), (rank // job.tensor) % job.data
+    first, last = s == 0, s == job.pipeline - 1
+    if job.pipeline > 1:
+        begin, end = stage_layers(len(model.model.layers), job.pipeline)[s]
+        module: torch.nn.Module = DecoderStage(model, begin, end, first, last)
+    else:
+        module = model
     if job.tensor > 1:
-        parallelize_module(model, mesh["tp"], sequence_plan(model) if job.sequence_parallel else tensor_plan(model))
+        plan = sequence_plan(module) if job.sequence_parallel else tensor_plan(module)
+        parallelize_module(module, mesh["tp"], plan)
     if job.zero >= 2:
-        layers = [m for name, m in model.named_modules() if name.count(".") >= 1 and name.rsplit(".", 1)[-1].isdigit()]
+        layers = [m for name, m in module.named_modules() if "." in name and name.rsplit(".", 1)[-1].isdigit()]
         for layer in layers:
             fully_shard(layer, mesh=mesh["dp"], reshard_after_forward=job.zero == 3)
-        fully_shard(model, mesh=mesh["dp"], reshard_after_forward=job.zero == 3)
-    parameters = [q for q in model.parameters() if q.requires_grad]
+        fully_shard(module, mesh=mesh["dp"], reshard_after_forward=job.zero == 3)
+    parameters = [q for q in module.parameters() if q.requires_grad]
     optimizer = None
     if job.optimizer is not None and parameters:
         factory = cloudpickle.loads(job.optimizer)
@@ -255,17 +285,36 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
     kwargs = {k: _share(v, replica, job.data) for k, v in job.kwargs.items()}
     targets = _share(job.targets, replica, job.data)
     m = job.microbatches
+    schedule = None
+    if job.pipeline > 1:
+        stage = PipelineStage(module, s, job.pipeline, torch.device("cpu"), group=mesh["pp"].get_group())
+        kind = ScheduleGPipe if job.schedule == "gpipe" else Schedule1F1B
+        schedule = kind(stage, m, loss_fn=loss_fn)
     times, losses = [], []
     for k in range(job.steps):
-        heartbeat(f"rank {rank} (replica {replica}, tensor rank {rank % job.tensor}): step {k + 1} of {job.steps}")
+        heartbeat(f"rank {rank} (stage {s}, replica {replica}, tensor rank {rank % job.tensor}): step {k + 1} of "
+                  f"{job.steps}")
         dist.barrier()
         t0 = time.perf_counter()
-        total = 0.0
-        for j in range(m):
-            output = model(*[_share(a, j, m) for a in args], **{n: _share(v, j, m) for n, v in kwargs.items()})
-            loss = loss_fn(output, _share(targets, j, m)) / m
-            loss.backward()
-            total += float(loss.detach().float())
+        total = float("nan")
+        if schedule is not None:  # the pipeline's schedule runs the micro-batches, each loss over m
+            per: list[Any] = []
+            tokens = kwargs.get("input_ids", args[0] if args else None)
+            if first:
+                schedule.step(tokens)
+            elif last:
+                schedule.step(target=targets, losses=per)
+            else:
+                schedule.step()
+            if last:
+                total = float(torch.stack([x.detach().float() for x in per]).mean())
+        else:
+            total = 0.0
+            for j in range(m):
+                output = module(*[_share(a, j, m) for a in args], **{n: _share(v, j, m) for n, v in kwargs.items()})
+                loss = loss_fn(output, _share(targets, j, m)) / m
+                loss.backward()
+                total += float(loss.detach().float())
         if job.zero <= 1 and job.data > 1:  # plain replicas: their gradients averaged over the data ranks
             for q in parameters:
                 if q.grad is not None:
@@ -276,14 +325,16 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
             optimizer.step()
             optimizer.zero_grad()
         else:
-            model.zero_grad()
+            module.zero_grad()
         times.append(time.perf_counter() - t0)
         losses.append(total)
     held = float(sum((q.to_local() if isinstance(q, DTensor) else q).numel() * q.element_size()
-                     for q in model.parameters()))
-    whole = {name: (q.full_tensor() if isinstance(q, DTensor) else q).detach().float().numpy().copy()
-             for name, q in model.named_parameters()}
-    return {"steps": times, "losses": losses, "held": held, "parameters": whole if rank == 0 else {}}
+                     for q in module.parameters()))
+    name = module.model_name if isinstance(module, DecoderStage) else (lambda n: n)
+    whole = {name(n): (q.full_tensor() if isinstance(q, DTensor) else q).detach().float().numpy().copy()
+             for n, q in module.named_parameters()}  # every rank gathers (a collective), replica 0's reports
+    keep = replica == 0 and rank % job.tensor == 0
+    return {"steps": times, "losses": losses, "held": held, "parameters": whole if keep else {}, "last": last}
 
 
 __all__ = ["ParallelRun", "run_parallel", "sequence_plan", "tensor_plan"]
