@@ -42,6 +42,20 @@ def whole_step(model, ids, replicas, microbatches):
     return reference, float(torch.stack(losses).mean().detach())
 
 
+def assert_the_whole_step(model, ids, p):
+    """``run_parallel`` of one AdamW step as ``p`` says: its loss and every parameter within 1e-5 of the whole
+    step's (:func:`whole_step`); returns the run."""
+    run = run_parallel(model, (), p, example_kwargs={"input_ids": ids}, targets=ids, loss_fn=causal_lm_loss,
+                       optimizer=adamw)
+    reference, loss = whole_step(model, ids, p.data, p.microbatches)
+    assert run.losses[0] == pytest.approx(loss, rel=1e-5)
+    expected = dict(reference.named_parameters())
+    assert set(run.parameters) == set(expected)
+    for name, value in run.parameters.items():
+        np.testing.assert_allclose(value, expected[name].detach().numpy(), atol=1e-5, err_msg=name)
+    return run
+
+
 @pytest.mark.parametrize(("tensor", "data", "zero", "microbatches", "sequence"), [
     (2, 1, 0, 1, False),   # tensor parallelism alone
     (2, 1, 0, 1, True),    # and sequence parallelism
@@ -54,14 +68,7 @@ def test_a_parallel_adamw_step_is_the_whole_one(tensor, data, zero, microbatches
     model = tiny_llama()
     ids = torch.randint(0, VOCAB, (BATCH, SEQUENCE), generator=torch.Generator().manual_seed(1))
     p = Parallelism(tensor=tensor, data=data, zero=zero, microbatches=microbatches, sequence_parallel=sequence)
-    run = run_parallel(model, (), p, example_kwargs={"input_ids": ids}, targets=ids, loss_fn=causal_lm_loss,
-                       optimizer=adamw)
-    reference, loss = whole_step(model, ids, data, microbatches)
-    assert run.losses[0] == pytest.approx(loss, rel=1e-5)
-    expected = dict(reference.named_parameters())
-    assert set(run.parameters) == set(expected)
-    for name, value in run.parameters.items():
-        np.testing.assert_allclose(value, expected[name].detach().numpy(), atol=1e-5, err_msg=name)
+    run = assert_the_whole_step(model, ids, p)
     whole = sum(q.numel() * q.element_size() for q in model.parameters())
     if tensor > 1 or zero >= 2:  # the sharding holds: no rank keeps the whole model
         assert max(run.held_bytes) < whole
@@ -140,13 +147,6 @@ def test_a_3d_adamw_step_is_the_whole_one(pipeline, tensor, data, zero, schedule
     model = tiny_llama(layers=4)
     ids = torch.randint(0, VOCAB, (BATCH, SEQUENCE), generator=torch.Generator().manual_seed(1))
     p = Parallelism(pipeline=pipeline, tensor=tensor, data=data, zero=zero, microbatches=2, schedule=schedule)
-    run = run_parallel(model, (), p, example_kwargs={"input_ids": ids}, targets=ids, loss_fn=causal_lm_loss,
-                       optimizer=adamw)
-    reference, loss = whole_step(model, ids, data, 2)
-    assert run.losses[0] == pytest.approx(loss, rel=1e-5)
-    expected = dict(reference.named_parameters())
-    assert set(run.parameters) == set(expected)
-    for name, value in run.parameters.items():
-        np.testing.assert_allclose(value, expected[name].detach().numpy(), atol=1e-5, err_msg=name)
+    run = assert_the_whole_step(model, ids, p)
     whole = sum(q.numel() * q.element_size() for q in model.parameters())
     assert max(run.held_bytes) < whole  # each rank holds a stage (and its share of it)

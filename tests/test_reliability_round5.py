@@ -107,8 +107,8 @@ def _stalling_job(rank: int, world: int, payload: None) -> int:
 def test_a_run_longer_than_the_bound_lives_while_its_workers_speak(monkeypatch):
     from placement_env.runtime.local_workers import run_on_local_workers
 
-    monkeypatch.setenv("PLACEMENT_WORKER_SILENCE_S", "4")
-    assert run_on_local_workers(2, _beating_job, (8, 1.0)) == [0, 1]  # 8 s of work, a beat a second
+    monkeypatch.setenv("PLACEMENT_WORKER_SILENCE_S", "8")
+    assert run_on_local_workers(2, _beating_job, (24, 0.5)) == [0, 1]  # 12 s of work, a beat each half second
 
 
 def test_a_silent_worker_is_named_with_what_it_last_said(monkeypatch):

@@ -34,6 +34,10 @@ run fails naming it and what it last said. A run may last any time as long as it
 variable ``PLACEMENT_WORKER_SILENCE_S`` sets another bound (seconds)."""
 
 _beats: Any = None  # in a worker: the queue its heartbeats go to
+JOINED = "joined the process group"
+STARTUP_S = 600.0
+"""How long a worker may take to start (import torch, join the process group) before it is taken as stalled: a
+busy machine's start-up is no stall, so the silence bound applies only from a worker's first word."""
 
 
 def heartbeat(what: str) -> None:
@@ -75,13 +79,13 @@ def _entry(rank: int, world: int, port: int, job: Callable[..., Any], payload: A
     exit_with_parent(parent)  # no worker outlives its driver, even one killed by SIGKILL
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to answer: it ends the workers
     _beats, _rank = results, rank
-    heartbeat("starting")
     try:
         import torch
         import torch.distributed as dist
 
         torch.set_num_threads(1)
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        heartbeat(JOINED)  # from here on the silence bound applies; before, the start-up bound
         try:
             results.put((rank, True, job(rank, world, payload)))
         finally:
@@ -193,6 +197,7 @@ def run_on_local_workers(num_workers: int, job: Callable[[int, int, Any], Any], 
             os.environ["OMP_NUM_THREADS"] = saved
     out: dict[int, Any] = {}
     heard = {rank: (time.monotonic(), "starting") for rank in range(num_workers)}
+    startup = max(silence, STARTUP_S)
     finished = False
     try:
         while len(out) < num_workers:
@@ -203,11 +208,13 @@ def run_on_local_workers(num_workers: int, job: Callable[[int, int, Any], Any], 
                 if dead is not None:
                     raise RuntimeError(dead) from None
                 now = time.monotonic()
-                stalled = [(now - at, r, what) for r, (at, what) in heard.items() if r not in out]
-                quiet, r, what = max(stalled)
-                if quiet >= silence:
+                # how far past its bound each worker is silent: the start-up bound until its first word
+                over, quiet, r, what = max((now - at - (startup if what == "starting" else silence), now - at, r, what)
+                                           for r, (at, what) in heard.items() if r not in out)
+                if over >= 0:
                     raise RuntimeError(f"local worker {r} stalled: silent for {quiet:.0f} s since it said "
-                                       f"{what!r} (the bound: PLACEMENT_WORKER_SILENCE_S, {silence:g} s)") from None
+                                       f"{what!r} (the bound: PLACEMENT_WORKER_SILENCE_S, {silence:g} s; "
+                                       f"{startup:g} s to start)") from None
                 continue
             if ok is None:  # a heartbeat
                 heard[rank] = (time.monotonic(), value)
