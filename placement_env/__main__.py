@@ -222,7 +222,8 @@ def plan_command(args: argparse.Namespace) -> int:
                             microbatches=args.microbatches, schedule=args.schedule,
                             virtual_stages=args.virtual_stages,
                             recompute=None if args.recompute is None else args.recompute == "on", split=split,
-                            layout=args.layout, batch=args.batch)
+                            layout=args.layout, batch=args.batch,
+                            on_progress=lambda said: print(f"  {said}", flush=True))
     plan = planned.plan
     if args.export == "plan":
         exported = plan.to_dict()

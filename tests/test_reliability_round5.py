@@ -389,3 +389,17 @@ def test_the_plan_command_says_it_starts_and_names_chunks_as_chunks():
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("planning gpt2 on 4 devices (the first plan after an install also compiles")
     assert "layers per chunk (rank c mod S) [" in run.stdout
+
+
+def test_a_long_plan_says_how_far_it_is_and_a_huge_one_is_refused_by_name(monkeypatch):
+    import placement_env.plan.planner as planner
+    from placement_env import Cluster, load_graph
+
+    graph = load_graph("gpt2")
+    heard: list[str] = []
+    planner.search_plan(graph, Cluster.preset("a100-nvlink", 4), batch=64, on_progress=heard.append)
+    assert heard[0].endswith("best exactly") and "configurations estimated" in heard[0]
+    assert any(line.startswith("simulated ") for line in heard[1:])
+    monkeypatch.setattr(planner, "MAX_PLAN_LAYERS", 5)
+    with pytest.raises(ValueError, match="graph 'gpt2' has 17 layers; the planner plans at most 5"):
+        planner.search_plan(graph, Cluster.preset("a100-nvlink", 4), batch=64)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,6 +46,9 @@ from .pipeline_plan import PipelinePlan, PlanStage, TiedGroup, graph_parameter_b
 from .plan_step import PlanLayout, PlanStep, ring_seconds, simulate_layout
 from .schedules import PLAN_SCHEDULES, SPLIT_BACKWARD, checked_plan_schedule
 
+MAX_PLAN_LAYERS = 20_000
+"""The most layers a traced graph may have for the planner: its cut search is linear in them, its configurations
+grow with them (a model of more is planned at scale, from its shape)."""
 SIMULATED = 24
 """Configurations simulated exactly, the best by the estimate."""
 SPLITS = ("time", "uniform", "deepspeed-uniform", "parameters")
@@ -108,7 +111,8 @@ def search_plan(graph: ComputationGraph, cluster: Cluster, *, stages: int | None
                   replicas: int | None = None, microbatches: int | None = None, schedule: str | None = None,
                   virtual_stages: int | None = None, recompute: bool | None = None,
                   split: str | Sequence[int] | None = None, layout: str | None = None, batch: int | None = None,
-                  param_factor: float = DEFAULT_PARAM_FACTOR, simulated: int = SIMULATED) -> SearchedPlan:
+                  param_factor: float = DEFAULT_PARAM_FACTOR, simulated: int = SIMULATED,
+                  on_progress: Callable[[str], None] | None = None) -> SearchedPlan:
     """Plan ``graph`` on ``cluster`` (module docstring); every argument given fixes that decision.
 
     Args:
@@ -129,6 +133,8 @@ def search_plan(graph: ComputationGraph, cluster: Cluster, *, stages: int | None
             usually far larger than a trace's.
         param_factor: static bytes per parameter byte.
         simulated: how many of the best estimated configurations are simulated exactly.
+        on_progress: hears how far the search is (the configurations estimated, then each tenth of the exact
+            simulations): for long plans.
 
     Returns:
         A :class:`SearchedPlan`.
@@ -140,7 +146,12 @@ def search_plan(graph: ComputationGraph, cluster: Cluster, *, stages: int | None
     """
     began = time.perf_counter()
     param_factor = checked_param_factor(param_factor)
-    table = layer_table(graph, layer_sequence(graph), batch, block_layers(graph))
+    sequence = layer_sequence(graph)
+    if len(sequence) > MAX_PLAN_LAYERS:
+        raise ValueError(f"graph {graph.name!r} has {len(sequence):,} layers; the planner plans at most "
+                         f"{MAX_PLAN_LAYERS:,} (import it with coarser modules, colocate_modules=1, or plan it at "
+                         "scale from its shape)")
+    table = layer_table(graph, sequence, batch, block_layers(graph))
     n, layers = cluster.num_devices, len(table)
     reasons: list[str] = []
     configs = _configurations(table, cluster, stages, replicas, microbatches, schedule, virtual_stages, recompute,
@@ -159,8 +170,13 @@ def search_plan(graph: ComputationGraph, cluster: Cluster, *, stages: int | None
     best: tuple[float, _Config, PlanStep] | None = None
     closest: tuple[float, _Config] | None = None
     tried = 0
-    for config in _to_simulate(configs, simulated):
+    chosen = _to_simulate(configs, simulated)
+    if on_progress is not None:
+        on_progress(f"{len(configs):,} configurations estimated; simulating the {len(chosen):,} best exactly")
+    for config in chosen:
         tried += 1
+        if on_progress is not None and tried % max(1, len(chosen) // 10) == 0:
+            on_progress(f"simulated {tried:,} of {len(chosen):,}")
         step = simulate_layout(table.chunks(config.parts), _layout(config, table, param_factor), cluster)
         over = float(np.max(step.peak_memory - cluster.memory))
         if over > 0:
