@@ -275,3 +275,29 @@ def test_random_plans_keep_the_step_s_invariants(t, s, d, b, k, schedule, v, rec
         more = simulate_scale(GPT, replace(base, zero=zero + 1), cluster, d * m * b, flash_attention=flash,
                               overlap=overlap)
         assert (more.peak_memory < step.peak_memory).all()
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_the_closed_form_is_the_event_loop_s_on_a_chain_whose_last_rank_is_heaviest(schedule):
+    """Differential, as plans at scale give it: the embedding on the first rank, the output layer on the last
+    (heaviest) one; section 3c's closed form against section 3b's compiled event loop, forwards a third of each
+    rank's time, free links."""
+    from placement_env import Cluster
+    from placement_env.plan.layers import ChunkCosts
+    from placement_env.plan.plan_step import PlanLayout, simulate_layout
+    from placement_env.plan.scale.step import pipeline_seconds
+
+    shape = TransformerShape(layers=40, hidden=6144, heads=48, tied_embeddings=True, name="GPT 18.4B")
+    cluster = GpuCluster(A100, 256, 8, 12.5e9)
+    m, s_ = 8, 8
+    ranks = simulate_scale(shape, Parallelism(pipeline=s_, data=32, microbatches=m, recompute="full",
+                                              schedule=schedule), cluster, 1024).rank_seconds
+    assert ranks[-1] > ranks[1] * 1.05  # the output layer makes the last rank the slowest
+    zero = np.zeros(s_)
+    costs = ChunkCosts(forward=ranks / 3 * m, forward_fixed=zero, backward_input=2 * ranks / 3 * m,
+                       backward_input_fixed=zero, backward_weight=zero, backward_weight_fixed=zero, update=zero,
+                       parameter_bytes=zero, saved_bytes=zero, boundary_bytes=zero, input_bytes=zero, batch=None)
+    base = Cluster.preset("p100", s_)
+    free = Cluster(base.devices, np.full((s_, s_), 1e30), np.zeros((s_, s_)))
+    event = simulate_layout(costs, PlanLayout(tuple((r,) for r in range(s_)), m, schedule), free).seconds
+    assert pipeline_seconds(ranks, m, schedule, 1, 0.0, 0.0)[0] == pytest.approx(event)
