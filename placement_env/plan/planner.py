@@ -44,25 +44,20 @@ from .layers import ChunkCosts, LayerTable, layer_table, placement_of_layers
 from .module_tree import block_layers, layer_sequence
 from .pipeline_plan import PipelinePlan, PlanStage, TiedGroup, graph_parameter_bytes
 from .plan_step import PlanLayout, PlanStep, ring_seconds, simulate_layout
+from .planner_choices import (
+    HAND_SPLITS,
+    LAYOUTS,
+    MAX_MICROBATCHES,
+    MAX_PLAN_LAYERS,
+    MICROBATCH_FACTORS,
+    SPLITS,
+    VIRTUAL_STAGES,
+    check_fixed_decisions,
+)
 from .schedules import PLAN_SCHEDULES, SPLIT_BACKWARD, checked_plan_schedule
 
-MAX_PLAN_LAYERS = 20_000
-"""The most layers a traced graph may have for the planner: its cut search is linear in them, its configurations
-grow with them (a model of more is planned at scale, from its shape)."""
 SIMULATED = 24
 """Configurations simulated exactly, the best by the estimate."""
-SPLITS = ("time", "uniform", "deepspeed-uniform", "parameters")
-HAND_SPLITS = ("uniform", "deepspeed-uniform", "parameters")
-"""The runtimes' own splits (Megatron-LM's and DeepSpeed's two): with 1F1B and m in S x {1, 2, 4, 8}, the grid of
-plans a practitioner tries, every one simulated."""
-LAYOUTS = ("replicas-across-nodes", "stages-across-nodes")
-"""How a plan's devices form stages and replicas: ``replicas-across-nodes`` gives replica r's stage s device
-``r S + s`` (a replica's stages on neighbouring devices, within a node when S fits one);
-``stages-across-nodes`` gives it device ``s D + r`` (a stage's replicas neighbours)."""
-MICROBATCH_FACTORS = (1, 2, 4, 8)  # m from S x these, as a practitioner tries
-MAX_MICROBATCHES = 512
-VIRTUAL_STAGES = (2, 4)
-
 
 @dataclass(frozen=True)
 class SearchedPlan:
@@ -240,8 +235,8 @@ def _configurations(table: LayerTable, cluster: Cluster, stages: int | None, rep
     """Every configuration left open, estimated (module docstring, steps 2 and 3); why a configuration of the
     choices given cannot be run at all goes to ``reasons``."""
     n, layers, batch = cluster.num_devices, len(table), table.costs.batch
-    _check_fixed(n, layers, table.max_chunks, batch, stages, replicas, microbatches, schedule, virtual_stages, split,
-                 layout)
+    check_fixed_decisions(n, layers, table.max_chunks, batch, stages, replicas, microbatches, schedule, virtual_stages,
+                          split, layout)
     pairs = []
     for s in range(1, min(n, table.max_chunks) + 1):
         if stages is not None and s != stages:
@@ -304,39 +299,6 @@ def _replica_counts(most: int, batch: int | None, also_one: bool) -> list[int]:
         if dividing:
             counts.add(dividing[0])
     return sorted(counts)
-
-
-def _check_fixed(n: int, layers: int, max_chunks: int, batch: int | None, stages: int | None, replicas: int | None,
-                 microbatches: int | None, schedule: str | None, virtual_stages: int | None,
-                 split: str | Sequence[int] | None, layout: str | None) -> None:
-    """``ValueError`` naming a fixed decision out of range."""
-    for name, value in (("stages", stages), ("replicas", replicas), ("microbatches", microbatches),
-                        ("virtual_stages", virtual_stages)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if (stages or 1) * (replicas or 1) > n:
-        raise ValueError(f"{stages or 1} stages x {replicas or 1} replicas = {(stages or 1) * (replicas or 1)} "
-                         f"devices; the cluster has {n}")
-    if stages is not None and stages * (virtual_stages or 1) > max_chunks:
-        raise ValueError(f"{stages} stages x {virtual_stages or 1} virtual stages need as many chunks; the graph's "
-                         f"{layers} layers make at most {max_chunks} (a chunk ends before, between or after its "
-                         "blocks)")
-    if schedule is not None and schedule not in PLAN_SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(PLAN_SCHEDULES)}")
-    if microbatches is not None and batch is not None and batch % ((replicas or 1) * microbatches):
-        raise ValueError(f"{replicas or 1} replicas x {microbatches} micro-batches do not divide the graph's batch "
-                         f"of {batch}")
-    if layout is not None and layout not in LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
-    if isinstance(split, str) and split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}, or layers per chunk")
-    if split is not None and not isinstance(split, str):
-        counts = list(split)
-        if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts) or sum(counts) != layers:
-            raise ValueError(f"a split gives each chunk 1 or more layers, {layers} in all; got {counts}")
-        if stages is not None and len(counts) != stages * (virtual_stages or 1):
-            raise ValueError(f"a split of {len(counts)} chunks for {stages} stages x {virtual_stages or 1} virtual "
-                             "stages")
 
 
 def _splits(table: LayerTable, cluster: Cluster, s: int, d: int, m: int, schedule: str, v: int, place: str,
