@@ -39,14 +39,16 @@ import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
+from placement_env.graph.stage_order import program_order
 from placement_env.graph.units import unit_edges
+from placement_env.plan.stages import unit_can_begin, unit_parameters
 from placement_env.sim.pipeline import PLAIN_STEP, Step
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, check_placement
 
 from .interrupts import with_best
 from .local_search import RefineResult, judge_unit_placements
 from .search_clock import SearchClock
-from .stages import nearest_contiguous, program_order, stage_neighbours, unit_can_begin, unit_parameters
+from .stages import nearest_contiguous, stage_neighbours
 from .starts import best_of_starts
 
 

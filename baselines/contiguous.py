@@ -1,4 +1,4 @@
-"""Placers in contiguous mode: every placement a pipeline runtime can run (:mod:`baselines.stages`).
+"""Placers in contiguous mode: every placement a pipeline runtime can run (:mod:`placement_env.plan.stages`).
 
 :func:`contiguous_placer` wraps a placer: its placement is made contiguous by
 :func:`~baselines.stages.nearest_contiguous` (unchanged when it already is: ``single``, ``m-topo``, ``split``

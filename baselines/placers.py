@@ -117,7 +117,7 @@ def place(graph: ComputationGraph, cluster: Cluster, placer: str = "heft", seed:
     ``step``: the step placements are judged by (``Step(8, "1f1b")``: 8 micro-batches pipelined under 1F1B, or the
     micro-batches and schedule of a :class:`~placement_env.parallelism.Parallelism`), by the searches, ``split``,
     ``single`` and the memory repair; the heuristics place by their own model. ``contiguous``: pipeline stages in
-    program order, as pipeline runtimes need (:mod:`baselines.stages`; :data:`CONTIGUOUS_PLACERS`); on a
+    program order, as pipeline runtimes need (:mod:`placement_env.plan.stages`; :data:`CONTIGUOUS_PLACERS`); on a
     module-granular graph no module is split (as by every placer).
 
     Raises ``ValueError`` for an unknown placer, ``TypeError`` for a ``step`` that is neither a :class:`Step` nor a

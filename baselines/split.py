@@ -13,7 +13,7 @@ its device. Two families of cuts are computed exactly on that model:
 * **balanced compute**: the smallest bottleneck T such that greedy pieces of compute at most T seconds on their
   device (and within memory) cover all units (bisection on T).
 
-A piece whose ops hold no parameter joins the next piece (:func:`~baselines.stages.merge_weightless_runs`): a
+A piece whose ops hold no parameter joins the next piece (:func:`~placement_env.plan.stages.merge_weightless_runs`): a
 pipeline stage needs parameters to train. Every candidate is then simulated in one
 :func:`~placement_env.simulate_batch` call and the simulator picks: least overflow first, then the shortest step.
 Its placement may still overflow (received copies are not in the budget); the placers of :data:`baselines.PLACERS`
@@ -28,11 +28,11 @@ import numpy as np
 
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
+from placement_env.plan.stages import merge_weightless_runs, unit_can_begin
 from placement_env.sim.pipeline import PLAIN_STEP, Step
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator
 
 from .memory import MemoryBudget, overflow_bytes, units_in_topological_order
-from .stages import merge_weightless_runs, unit_can_begin
 
 
 def cut_bytes(graph: ComputationGraph, order: np.ndarray) -> np.ndarray:

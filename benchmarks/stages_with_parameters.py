@@ -18,8 +18,9 @@ import numpy as np
 from machine import machine_line
 
 from baselines.placers import placers_with_budget
-from baselines.stages import program_order, stage_runs, unit_parameters
 from placement_env import Cluster, load_graph
+from placement_env.graph.stage_order import program_order, stage_runs
+from placement_env.plan.stages import unit_parameters
 from placement_env.sim.pipeline import Step
 from placement_env.zoo.registry import TRANSFORMERS
 

@@ -17,14 +17,7 @@ from baselines.contiguous import fit_contiguous
 from baselines.local_search import refine
 from baselines.memory import PlacementInfeasibleError
 from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS
-from baselines.stages import (
-    is_contiguous,
-    merge_weightless_runs,
-    nearest_contiguous,
-    program_order,
-    stage_neighbours,
-    unit_can_begin,
-)
+from baselines.stages import nearest_contiguous, stage_neighbours
 from placement_env import (
     Cluster,
     ComputationGraph,
@@ -36,7 +29,15 @@ from placement_env import (
     simulate,
     write_graph,
 )
+from placement_env.graph.stage_order import program_order
 from placement_env.plan.split_points import to_split_points
+from placement_env.plan.stages import (
+    glue_unsplittable_starts,
+    is_contiguous,
+    merge_weightless_runs,
+    unit_can_begin,
+    unit_parameters,
+)
 from placement_env.sim.pipeline import Step
 from placement_env.sim.reference import simulate_reference
 from tests.test_pipelined_step import chain, free_cluster
@@ -283,8 +284,6 @@ class _Block(torch.nn.Module):
 
 
 def test_no_stage_begins_at_a_module_the_program_enters_twice():
-    from baselines.stages import glue_unsplittable_starts, unit_can_begin
-
     assert glue_unsplittable_starts(np.array([0, 0, 1, 1, 1, 2]), np.array([1, 1, 0, 0, 1, 1], bool)).tolist() \
         == [0, 0, 0, 0, 1, 2]
     assert glue_unsplittable_starts(np.array([0, 1, 1, 2]), np.array([1, 0, 0, 1], bool)).tolist() == [0, 0, 0, 2]
@@ -315,3 +314,30 @@ def test_a_tensor_colocated_with_its_views_in_every_layer_does_not_forbid_cuts()
     assert len(spanning) == 2 and len(allowed) >= 22
     placement = CONTIGUOUS_PLACERS["split"](g, Cluster.preset("a100-nvlink", 8), 0, step=Step(8, "1f1b"))
     assert np.unique(placement).size == 8 and is_contiguous(g, placement)
+
+
+def test_the_simulator_the_split_points_and_the_placers_agree_on_the_stage_order():
+    """One stage order (placement_env.graph.stage_order): the 1F1B cap's stages, the split points' devices and
+    the runs of devices along the units in program order are the same devices in the same order, on the
+    contiguous placements of every contiguous placer and random contiguous neighbours of them."""
+    from placement_env.graph.stage_order import stage_runs
+    from placement_env.sim.pipeline import stage_caps
+
+    graph = from_torch(Net(), (torch.randn(2, 3),), colocate_modules=2)
+    cluster = Cluster.preset("p100", 4)
+    rng = np.random.default_rng(3)
+    order = program_order(graph)
+    checked = 0
+    for name in ("single", "m-topo", "heft", "split", "metis", "critical-path"):
+        start = CONTIGUOUS_PLACERS[name](graph, cluster, 0)
+        units = graph.unit_placement(np.asarray(start))
+        neighbours = stage_neighbours(units, order, cluster.num_devices, 6, rng, unit_parameters(graph),
+                                      can_begin=unit_can_begin(graph))  # as the searches draw them
+        for row in [units, *neighbours]:
+            placement = graph.expand_unit_placement(row)
+            _, runs = stage_runs(row[order])
+            caps = stage_caps(graph, placement, cluster.num_devices)
+            assert to_split_points(graph, placement).devices == runs.tolist()
+            assert caps[runs].tolist() == list(range(len(runs), 0, -1))  # stage s has the cap P - s
+            checked += 1
+    assert checked == 42

@@ -62,7 +62,7 @@ def test_a_steered_shift_moves_units_toward_the_lighter_stage():
     draw = steer.boundary(np.array([0, 0, 1]))  # left 10 s, right 1 s: the right stage grows
     assert all(draw(np.array([0, 2]), np.array([0, 1]), np.random.default_rng(i)) == (1, False) for i in range(50))
     rows = steer(np.array([0, 0, 1]), 32, np.random.default_rng(0))
-    from baselines.stages import is_contiguous
+    from placement_env.plan.stages import is_contiguous
 
     assert all(is_contiguous(graph3, row) for row in rows)
 
@@ -211,7 +211,7 @@ def test_the_place_command_steers_on_any_cluster_and_compares_with_anneal_on_one
     assert "; anneal at the same budget (" in line and ("learned ahead" in line or "anneal ahead" in line
                                                         or line.endswith("tie"))
     graph = load_graph("default")
-    from baselines.stages import is_contiguous
+    from placement_env.plan.stages import is_contiguous
 
     assert is_contiguous(graph, read_placement(out, graph))
     (tmp_path / "bad.json").write_text('{"format": "something else"}')
@@ -223,7 +223,7 @@ def test_the_place_command_steers_on_any_cluster_and_compares_with_anneal_on_one
 def test_the_benchmark_runs_the_steered_search_and_contiguous_cells(tmp_path, monkeypatch):
     import agents.paper.benchmark as benchmark
     from agents.paper.benchmark_cells import Cell, pipelined_cells
-    from baselines.stages import is_contiguous
+    from placement_env.plan.stages import is_contiguous
     from placement_env.sim.pipeline import Step
 
     policy = tmp_path / "steer.json"

@@ -25,7 +25,7 @@ RUNTIME = tuple(RUNTIME_DEFAULTS)  # what accelerate and DeepSpeed do by default
 class Cell:
     """One benchmark cell: a graph (name or file) on a cluster (``devices`` identical devices of ``device_kind``,
     in nodes of ``per_node`` when given, or a file), judged by ``step`` (the plain step, or a pipelined one);
-    ``contiguous``: every method must give pipeline stages in program order (:mod:`baselines.stages`)."""
+    ``contiguous``: every method must give pipeline stages in program order (:mod:`placement_env.plan.stages`)."""
 
     graph: str
     devices: int | None = None

@@ -33,10 +33,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from baselines.anneal import AnnealConfig, NearestUnits, nearest_units, unit_neighbours
-from baselines.stages import program_order, stage_neighbours, unit_can_begin, unit_parameters
+from baselines.stages import stage_neighbours
 from placement_env.cluster import Cluster
 from placement_env.graph.model import ComputationGraph
+from placement_env.graph.stage_order import program_order
 from placement_env.json_files import read_json_file, write_json_file
+from placement_env.plan.stages import unit_can_begin, unit_parameters
 from placement_env.sim.pipeline import PLAIN_STEP, Step
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR
 

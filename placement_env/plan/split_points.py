@@ -6,8 +6,9 @@ A pipeline runtime cuts the model's program into stages, each on its own device,
 starts a stage where ``layers.4`` is called; DeepSpeed's ``PipelineModule`` holds a list of layers and the
 boundaries ``parts`` (stage ``s`` runs ``layers[parts[s]:parts[s + 1]]``, as its ``_partition_layers`` sets
 them; a subclass can set them so). Such a placement is *contiguous*: along the forward ops of the graph in
-program order (node order; the model's glue ops, module ``""``, and inputs left out, since they run where
-their inputs are), the devices form runs, one per device, a device's run never resuming after another began.
+program order (:mod:`placement_env.graph.stage_order`; the model's glue ops, module ``""``, and inputs left
+out, since they run where their inputs are), the devices form runs, one per device, a device's run never
+resuming after another began.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from placement_env.graph.model import ComputationGraph
+from placement_env.graph.stage_order import forward_ops, stage_order
 
 from .module_tree import PlacedModules, parents
 
@@ -60,21 +62,21 @@ def to_split_points(graph: ComputationGraph, placement: Sequence[int] | np.ndarr
         name, devices = split[0]
         raise ValueError(f"the placement splits module {name!r}: its ops are on devices {devices}; pipeline "
                          "stages begin at module boundaries")
-    stage_of: dict[int, int] = {}
-    order: list[int] = []
-    first_op: list[int] = []
-    for i, node in enumerate(graph.nodes):
-        if not node.module or node.phase in ("backward", "update"):
-            continue
-        device = int(placed.placement[i])
-        if device not in stage_of:
-            stage_of[device] = len(order)
-            order.append(device)
-            first_op.append(i)
-        elif stage_of[device] != len(order) - 1:
-            raise ValueError(f"the placement is not contiguous: op {node.id!r} (module {node.module!r}) is on "
-                             f"device {device}, whose stage ended when device {order[-1]}'s began; pipeline "
-                             "stages need each device's ops in one run of the program")
+    counted = forward_ops(graph) & np.array([bool(node.module) for node in graph.nodes], dtype=bool)
+    stage_devices, stage_first = stage_order(graph, placed.placement, counted)
+    order, first_op = stage_devices.tolist(), stage_first.tolist()
+    stage_of = {d: k for k, d in enumerate(order)}
+    ops = np.flatnonzero(counted)
+    ops = ops[np.argsort(graph.topo_index[ops], kind="stable")]
+    stage = np.array([stage_of[d] for d in placed.placement[ops].tolist()], dtype=np.int64)
+    reached = np.maximum.accumulate(stage) if stage.size else stage
+    back = np.flatnonzero(stage < reached)
+    if back.size:
+        i, latest = int(ops[back[0]]), order[int(reached[back[0]])]
+        node = graph.nodes[i]
+        raise ValueError(f"the placement is not contiguous: op {node.id!r} (module {node.module!r}) is on "
+                         f"device {int(placed.placement[i])}, whose stage ended when device {latest}'s began; "
+                         "pipeline stages need each device's ops in one run of the program")
     if not order:
         raise ValueError(f"graph {graph.name!r} has no op of a submodule: a pipeline stage begins at a submodule, "
                          "and this model's ops (and parameters) are all its own (module '')")

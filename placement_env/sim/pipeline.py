@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from placement_env.graph.model import ComputationGraph, Edge
+from placement_env.graph.stage_order import stage_order
 from placement_env.parallelism import Parallelism, schedules_for
 
 SCHEDULES = schedules_for("simulator")
@@ -220,14 +221,10 @@ def schedule_keys(step: Unrolled, schedule: str) -> np.ndarray:
 
 def stage_caps(graph: ComputationGraph, placement: np.ndarray, num_devices: int) -> np.ndarray:
     """1F1B's limit of micro-batches in flight per device, ``P - s[d]`` (section 3a): P devices hold a forward
-    op of ``graph``; stage ``s[d]`` orders them by the smallest topological index of a forward op on them.
-    Devices without forward ops get the limit of the last stage (they never start a forward op)."""
-    kinds = op_kinds(graph)
-    first = np.full(num_devices, np.iinfo(np.int64).max)
-    fwd = np.nonzero(kinds == FORWARD)[0]
-    np.minimum.at(first, placement[fwd], graph.topo_index[fwd])
-    used = np.nonzero(first < np.iinfo(np.int64).max)[0]
-    stages = used[np.argsort(first[used], kind="stable")]
+    op of ``graph``; stage ``s[d]`` orders them by the smallest topological index of a forward op on them
+    (:func:`placement_env.graph.stage_order.stage_order`). Devices without forward ops get the limit of the last
+    stage (they never start a forward op)."""
+    stages, _ = stage_order(graph, placement)
     caps = np.ones(num_devices, np.int64)
     caps[stages] = len(stages) - np.arange(len(stages))
     return caps
