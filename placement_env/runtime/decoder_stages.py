@@ -1,25 +1,65 @@
-"""A decoder cut into pipeline stages by hand, as torchtitan cuts Llama: :class:`DecoderStage`, and what each
-stage's parameters are called in the whole model (:meth:`DecoderStage.model_name`).
+"""A decoder cut into pipeline stages by hand, as torchtitan cuts Llama: :class:`DecoderStage`, what each stage's
+parameters are called in the whole model, and which parameters two stages share (tied embeddings).
 
 Tracing (``torch.distributed.pipelining.pipeline``) does not take a model whose layers tensor parallelism has
-made DTensors; a stage built from the model's own modules does. The model must be of transformers' Llama family:
-``model.model.embed_tokens``, ``model.model.layers``, ``model.model.rotary_emb``, ``model.model.norm`` and
-``model.lm_head``; attention is causal (transformers' SDPA path without a mask: ``is_causal``).
+made DTensors; a stage built from the model's own modules does. Two layouts of transformers' causal LMs are known
+(:data:`LAYOUTS`): the Llama family (``model.embed_tokens``, ``model.layers``, rotary position embeddings
+``model.rotary_emb``, ``model.norm``) and GPT-2 (``transformer.wte``, learned positions ``transformer.wpe``,
+``transformer.drop``, ``transformer.h``, ``transformer.ln_f``), both with ``lm_head``. Attention is causal
+(transformers' SDPA path without a mask: ``is_causal``).
+
+A tied output layer (GPT-2's ``lm_head`` is ``wte``) lives on the first stage and on the last: each stage holds its
+copy, and the copies' gradients are summed over the stages that hold them before the optimizer steps
+(:func:`shared_parameters`), as Megatron-LM does for its embedding group, so the copies stay one parameter.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 
+@dataclass(frozen=True)
+class DecoderLayout:
+    """Where a causal LM keeps the parts a stage takes: attribute names under ``model.<base>``."""
+
+    base: str
+    embed: str
+    layers: str
+    norm: str
+    rotary: str | None = None  # rotary position embeddings, given to each layer
+    positions: str | None = None  # learned position embeddings, added to the token embeddings
+    dropout: str | None = None  # after the embeddings
+
+
+LAYOUTS = (DecoderLayout("model", "embed_tokens", "layers", "norm", rotary="rotary_emb"),
+           DecoderLayout("transformer", "wte", "h", "ln_f", positions="wpe", dropout="drop"))
+
+
+def decoder_layout(model: Any) -> DecoderLayout | None:
+    """The :data:`LAYOUTS` entry ``model`` has (and ``lm_head``), or None."""
+    for layout in LAYOUTS:
+        base = getattr(model, layout.base, None)
+        needed = [layout.embed, layout.layers, layout.norm, *[n for n in (layout.rotary, layout.positions) if n]]
+        if base is not None and all(hasattr(base, name) for name in needed) and hasattr(model, "lm_head"):
+            return layout
+    return None
+
+
 def is_decoder(model: Any) -> bool:
     """Whether ``model`` has the modules a :class:`DecoderStage` takes (module docstring)."""
-    base = getattr(model, "model", None)
-    return all(hasattr(base, name) for name in ("embed_tokens", "layers", "rotary_emb", "norm")) and hasattr(
-        model, "lm_head")
+    return decoder_layout(model) is not None
+
+
+def decoder_layers(model: Any) -> int:
+    """How many layers (blocks) the decoder ``model`` has."""
+    layout = decoder_layout(model)
+    if layout is None:
+        raise ValueError(f"model {type(model).__name__} is not a decoder of a known layout")
+    return len(getattr(getattr(model, layout.base), layout.layers))
 
 
 def stage_layers(layers: int, stages: int) -> list[tuple[int, int]]:
@@ -30,26 +70,40 @@ def stage_layers(layers: int, stages: int) -> list[tuple[int, int]]:
 
 
 class DecoderStage(torch.nn.Module):
-    """Layers ``first .. end - 1`` of a Llama-family causal LM; stage 0 also runs the embedding, the last stage
-    the final norm and the output layer. Input: token ids (stage 0) or hidden states; output: hidden states or
-    logits."""
+    """Layers ``first .. end - 1`` of a causal LM of a known layout (:data:`LAYOUTS`); stage 0 also runs the
+    embeddings, the last stage the final norm and the output layer. Input: token ids (stage 0) or hidden states;
+    output: hidden states or logits. ``whole_names`` maps each of its parameters' names to the whole model's (a
+    tied parameter to the name the whole model reports it by)."""
 
     def __init__(self, model: Any, first: int, end: int, is_first: bool, is_last: bool) -> None:
         super().__init__()
-        base = model.model
+        layout = decoder_layout(model)
+        if layout is None:
+            raise ValueError(f"model {type(model).__name__} is not a decoder of a known layout")
+        base = getattr(model, layout.base)
         self.first = first
-        self.embed_tokens = base.embed_tokens if is_first else None
-        self.layers = torch.nn.ModuleList(list(base.layers)[first:end])
-        self.rotary_emb = base.rotary_emb
-        self.norm = base.norm if is_last else None
+        self.embed = getattr(base, layout.embed) if is_first else None
+        self.positions = getattr(base, layout.positions) if is_first and layout.positions else None
+        self.dropout = getattr(base, layout.dropout) if is_first and layout.dropout else None
+        self.layers = torch.nn.ModuleList(list(getattr(base, layout.layers))[first:end])
+        self.rotary = getattr(base, layout.rotary) if layout.rotary else None
+        self.norm = getattr(base, layout.norm) if is_last else None
         self.lm_head = model.lm_head if is_last else None
+        whole = {id(q): name for name, q in model.named_parameters()}
+        self.whole_names = {name: whole[id(q)] for name, q in self.named_parameters(remove_duplicate=False)}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = self.embed_tokens(x) if self.embed_tokens is not None else x
+        hidden = self.embed(x) if self.embed is not None else x
         positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0).expand(hidden.shape[0], -1)
-        embeddings = self.rotary_emb(hidden, positions)
+        if self.positions is not None:
+            hidden = hidden + self.positions(positions)
+        if self.dropout is not None:
+            hidden = self.dropout(hidden)
+        extra: dict[str, Any] = {}
+        if self.rotary is not None:
+            extra = {"position_ids": positions, "position_embeddings": self.rotary(hidden, positions)}
         for layer in self.layers:
-            out = layer(hidden, attention_mask=None, position_ids=positions, position_embeddings=embeddings)
+            out = layer(hidden, attention_mask=None, **extra)
             hidden = out[0] if isinstance(out, tuple) else out
         if self.norm is not None and self.lm_head is not None:
             hidden = self.lm_head(self.norm(hidden))
@@ -57,11 +111,20 @@ class DecoderStage(torch.nn.Module):
 
     def model_name(self, name: str) -> str:
         """The whole model's name of this stage's parameter ``name``."""
-        head, _, rest = name.partition(".")
-        if head == "layers":
-            index, _, tail = rest.partition(".")
-            return f"model.layers.{self.first + int(index)}.{tail}"
-        return name if head == "lm_head" else f"model.{name}"
+        return self.whole_names[name]
 
 
-__all__ = ["DecoderStage", "is_decoder", "stage_layers"]
+def shared_parameters(model: Any, stages: int) -> dict[str, tuple[int, ...]]:
+    """The whole model's parameters that more than one of ``stages`` stages hold (a tied output layer: GPT-2's
+    ``lm_head`` is ``wte``), each with the stages holding it, in order."""
+    bounds = stage_layers(decoder_layers(model), stages)
+    holders: dict[str, list[int]] = {}
+    for s, (begin, end) in enumerate(bounds):
+        stage = DecoderStage(model, begin, end, s == 0, s == stages - 1)
+        for whole in set(stage.whole_names.values()):
+            holders.setdefault(whole, []).append(s)
+    return {name: tuple(held) for name, held in holders.items() if len(held) > 1}
+
+
+__all__ = ["LAYOUTS", "DecoderLayout", "DecoderStage", "decoder_layers", "decoder_layout", "is_decoder",
+           "shared_parameters", "stage_layers"]

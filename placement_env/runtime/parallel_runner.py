@@ -5,16 +5,18 @@ Each of the ``t x S x d`` ranks is one process (local gloo workers, :mod:`placem
 a ``(pp, dp, tp)`` ``DeviceMesh`` (tensor ranks neighbours, then data, then pipeline: Megatron-LM's order and the
 simulator's ``tp-dp-pp``):
 
-* pipeline ranks (a Llama-family decoder only): the model cut by hand into S stages of consecutive layers
-  (:class:`~placement_env.runtime.decoder_stages.DecoderStage`, the first with the embedding, the last with the
-  norm and the output layer), each a ``PipelineStage`` run by torch's ``Schedule1F1B`` or ``ScheduleGPipe``;
-
+* pipeline ranks (a decoder of transformers' Llama family or GPT-2): the model cut by hand into S stages of
+  consecutive layers (:class:`~placement_env.runtime.decoder_stages.DecoderStage`, the first with the embeddings,
+  the last with the final norm and the output layer), each a ``PipelineStage`` run by torch's ``Schedule1F1B`` or
+  ``ScheduleGPipe``; a tied output layer's copies on the first and last stages have their gradients summed;
 * tensor parallelism by ``torch.distributed.tensor.parallel.parallelize_module``: ``ColwiseParallel`` and
   ``RowwiseParallel`` on the modules of the model's own tensor-parallel plan (``config.base_model_tp_plan``, as
   transformers ships it for Llama, Mistral, ...), or of one derived from module names (:func:`tensor_plan`:
-  ``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj``, ``up_proj``, ``query``, ``key``, ``value``, ``fc1`` split by
-  columns; ``o_proj``, ``down_proj``, ``fc2`` by rows). A module it cannot split is refused by name (GPT-2's
-  ``c_attn`` holds the queries, keys and values in one matrix: a column split would mix them);
+  ``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj``, ``up_proj``, ``query``, ``key``, ``value``, ``fc1``, ``c_fc``
+  and GPT-2's fused ``c_attn`` split by columns; ``o_proj``, ``down_proj``, ``fc2``, ``c_proj`` by rows). GPT-2's
+  ``Conv1D`` layers become ``nn.Linear`` first, its fused query-key-value layer laid out head-major for the ``t``
+  ranks (:func:`~placement_env.runtime.fused_layers.linear_layers`; the parameters are reported in the model's own
+  layout). A module it cannot split, or whose width or heads ``t`` does not divide, is refused by name;
 * the data-parallel ranks each take ``1 / d`` of the batch: ZeRO 0 all-reduces the gradients (averaged), ZeRO 1
   shards the optimizer's states (``ZeroRedundancyOptimizer``), ZeRO 2 and 3 shard gradients and parameters with
   FSDP2 (``fully_shard`` each layer and the model, ``reshard_after_forward`` False for 2, True for 3);
@@ -26,11 +28,12 @@ rank's parameter bytes held (what the sharding leaves it), and the parameters af
 With ``sequence_parallel``, the norms of a Llama-family decoder run on their shard of the sequence
 (:func:`sequence_plan`). Not run here, each refused by name: a pipeline of another model (run it with
 :func:`~placement_env.runtime.pipeline_runner.run_pipeline`), a pipeline under the interleaved or zero-bubble
-schedules or with sequence parallelism, recomputation.
+schedules or with sequence parallelism, recomputation (``run_pipeline`` runs those on stages x replicas).
 """
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import inspect
 import io
@@ -59,14 +62,17 @@ from torch.distributed.tensor.parallel import (
 
 from placement_env.parallelism import Parallelism
 
-from .decoder_stages import DecoderStage, is_decoder, stage_layers
+from .decoder_stages import DecoderStage, decoder_layers, is_decoder, shared_parameters, stage_layers
+from .fused_layers import FUSED, conv1d_modules, linear_layers
 from .local_workers import check_local_workers, heartbeat, run_on_local_workers
 from .losses import sum_of_outputs
 from .portable import portable
 
-COLUMN_NAMES = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "query", "key", "value", "fc1", "w1", "w3")
-ROW_NAMES = ("o_proj", "down_proj", "fc2", "w2")
-UNSPLITTABLE = {"c_attn": "holds the queries, keys and values in one matrix: a column split would mix them"}
+COLUMN_NAMES = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "query", "key", "value", "fc1", "w1", "w3",
+                "c_fc")
+ROW_NAMES = ("o_proj", "down_proj", "fc2", "w2", "c_proj")
+UNSPLITTABLE = {FUSED: "holds the queries, keys and values in one matrix: a column split would mix them (GPT-2's: "
+                       "linear_layers(model, t) lays it out for t ranks; run_parallel does so)"}
 
 
 @dataclass(frozen=True)
@@ -146,9 +152,12 @@ def tensor_plan(model: torch.nn.Module) -> dict[str, Any]:
         return plan
     for name, module in modules.items():
         leaf = name.rsplit(".", 1)[-1]
-        if leaf in UNSPLITTABLE:
+        if leaf in UNSPLITTABLE and getattr(module, "fused_ranks", None) is None:
             raise ValueError(f"module {name!r} cannot be split by tensor parallelism: it {UNSPLITTABLE[leaf]}")
-        if isinstance(module, torch.nn.Linear) and leaf in COLUMN_NAMES:
+        if type(module).__name__ == "Conv1D":
+            raise ValueError(f"module {name!r} is a Conv1D, which torch's tensor parallelism does not split: "
+                             "linear_layers(model, t) makes it an nn.Linear (run_parallel does so)")
+        if isinstance(module, torch.nn.Linear) and (leaf in COLUMN_NAMES or leaf in UNSPLITTABLE):
             plan[name] = ColwiseParallel()
         elif isinstance(module, torch.nn.Linear) and leaf in ROW_NAMES:
             plan[name] = RowwiseParallel()
@@ -204,14 +213,15 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
     p = parallelism
     if p.pipeline > 1:
         if not is_decoder(model):
-            raise ValueError(f"a pipeline of {p.pipeline} ranks: run_parallel cuts a Llama-family decoder into stages "
-                             f"(model.model.layers, embed_tokens, rotary_emb, norm, lm_head); model "
-                             f"{type(model).__name__} is not one: run its pipeline with run_pipeline")
+            raise ValueError(f"a pipeline of {p.pipeline} ranks: run_parallel cuts a decoder of transformers' Llama "
+                             f"family or GPT-2 into stages (model.layers or transformer.h, their embeddings, final "
+                             f"norm and lm_head); model {type(model).__name__} is not one: run its pipeline with "
+                             "run_pipeline")
         if p.schedule not in ("1f1b", "gpipe") or p.sequence_parallel:
             raise ValueError(f"a pipeline with tensor or sharded data parallelism runs 1f1b or gpipe without sequence "
                              f"parallelism here; the plan has {p.schedule}"
                              + (" with sequence parallelism" if p.sequence_parallel else ""))
-        layers = len(getattr(getattr(model, "model"), "layers"))  # noqa: B009 - checked by is_decoder above
+        layers = decoder_layers(model)
         if p.pipeline > layers:
             raise ValueError(f"{p.pipeline} pipeline ranks for {layers} layers")
     if p.recompute != "none":
@@ -228,7 +238,11 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
     if batch is not None:
         p.check_batch(batch)
     if p.tensor > 1:  # a module it cannot split is refused here, before any worker starts
-        sequence_plan(model) if p.sequence_parallel else tensor_plan(model)
+        probe = model
+        if conv1d_modules(model):
+            probe = copy.deepcopy(model)
+            linear_layers(probe, p.tensor)
+        check_splits(probe, sequence_plan(probe) if p.sequence_parallel else tensor_plan(probe), p.tensor)
     check_local_workers(p.devices)
     buffer = io.BytesIO()
     torch.save(model, buffer)
@@ -244,6 +258,43 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
     return ParallelRun(steps_of, losses, [r["held"] for r in reports], merged)
 
 
+def check_splits(model: torch.nn.Module, plan: Mapping[str, Any], tensor: int) -> None:
+    """Refuse, naming it, a module of ``plan`` whose split dimension (a column split's outputs, a row split's
+    inputs) ``tensor`` does not divide, and attention heads (``num_attention_heads``, ``num_key_value_heads`` of
+    the model's config) it does not divide."""
+    config = getattr(model, "config", None)
+    for field in ("num_attention_heads", "num_key_value_heads"):
+        heads = getattr(config, field, None)
+        if isinstance(heads, int) and heads % tensor:
+            raise ValueError(f"{tensor} tensor ranks do not divide the model's {heads} heads ({field})")
+    modules = dict(model.named_modules())
+    for name, style in plan.items():
+        module = modules.get(name)
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        size = module.out_features if isinstance(style, ColwiseParallel) else module.in_features
+        if size % tensor:
+            raise ValueError(f"module {name!r}: {tensor} tensor ranks do not divide its {size} "
+                             f"{'outputs' if isinstance(style, ColwiseParallel) else 'inputs'}")
+
+
+def _tied_groups(shared: Mapping[str, tuple[int, ...]], module: torch.nn.Module, rank: int, pipeline: int,
+                 data: int, tensor: int) -> list[tuple[str, Any]]:
+    """``(name in module, process group)`` of each parameter this rank's stage shares with other stages
+    (:func:`~placement_env.runtime.decoder_stages.shared_parameters`): the group of the ranks holding its copies
+    at this rank's data and tensor coordinates. Every rank makes every group (as ``new_group`` requires)."""
+    mine: list[tuple[str, Any]] = []
+    names = getattr(module, "whole_names", {})
+    for whole, stages in sorted(shared.items()):
+        for replica in range(data):
+            for k in range(tensor):
+                ranks = [stage * data * tensor + replica * tensor + k for stage in stages]
+                group = dist.new_group(ranks)
+                if rank in ranks:
+                    mine += [(local, group) for local, held in names.items() if held == whole]
+    return mine
+
+
 def _share(value: Any, index: int, parts: int) -> Any:
     return value.chunk(parts)[index] if isinstance(value, torch.Tensor) and value.dim() > 0 else value
 
@@ -252,14 +303,17 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
     """Rank ``rank``'s part of :func:`run_parallel` in an initialised gloo group of ``world`` processes: pipeline
     rank ``s``, replica ``r`` and tensor rank ``rank mod t`` of the ``(pp, dp, tp)`` mesh."""
     model = torch.load(io.BytesIO(job.model), weights_only=False)
+    layout = linear_layers(model, job.tensor) if job.tensor > 1 else {}  # GPT-2's Conv1D layers, made splittable
+    shared = shared_parameters(model, job.pipeline) if job.pipeline > 1 else {}
     mesh = init_device_mesh("cpu", (job.pipeline, job.data, job.tensor), mesh_dim_names=("pp", "dp", "tp"))
     s, replica = rank // (job.data * job.tensor), (rank // job.tensor) % job.data
     first, last = s == 0, s == job.pipeline - 1
     if job.pipeline > 1:
-        begin, end = stage_layers(len(model.model.layers), job.pipeline)[s]
+        begin, end = stage_layers(decoder_layers(model), job.pipeline)[s]
         module: torch.nn.Module = DecoderStage(model, begin, end, first, last)
     else:
         module = model
+    tied = _tied_groups(shared, module, rank, job.pipeline, job.data, job.tensor)
     if job.tensor > 1:
         plan = sequence_plan(module) if job.sequence_parallel else tensor_plan(module)
         parallelize_module(module, mesh["tp"], plan)
@@ -321,6 +375,11 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
                     local = q.grad.to_local() if isinstance(q.grad, DTensor) else q.grad
                     dist.all_reduce(local, group=mesh["dp"].get_group())
                     local /= job.data
+        held_here = dict(module.named_parameters())
+        for local_name, group in tied:  # a tied parameter's copies: their gradients summed over their stages
+            grad = held_here[local_name].grad
+            if grad is not None:
+                dist.all_reduce(grad.to_local() if isinstance(grad, DTensor) else grad, group=group)
         if optimizer is not None:
             optimizer.step()
             optimizer.zero_grad()
@@ -331,8 +390,10 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
     held = float(sum((q.to_local() if isinstance(q, DTensor) else q).numel() * q.element_size()
                      for q in module.parameters()))
     name = module.model_name if isinstance(module, DecoderStage) else (lambda n: n)
-    whole = {name(n): (q.full_tensor() if isinstance(q, DTensor) else q).detach().float().numpy().copy()
-             for n, q in module.named_parameters()}  # every rank gathers (a collective), replica 0's reports
+    whole = {}
+    for n, q in module.named_parameters():  # every rank gathers (a collective), replica 0's reports
+        value = (q.full_tensor() if isinstance(q, DTensor) else q).detach().float().numpy().copy()
+        whole[name(n)] = layout[name(n)](value) if name(n) in layout else value  # in the model's own layout
     keep = replica == 0 and rank % job.tensor == 0
     return {"steps": times, "losses": losses, "held": held, "parameters": whole if keep else {}, "last": last}
 
