@@ -302,7 +302,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def _run_at_scale(args: argparse.Namespace, model: Any, inputs: tuple, kwargs: dict, parallelism: Any,
                   optimizer: Any, loss_fn: Any, targets: Any, loss: str) -> int:
-    """``run`` of a plan at scale: :func:`~placement_env.runtime.parallel_runner.run_parallel` on t x d local
+    """``run`` of a plan at scale: :func:`~placement_env.runtime.parallel_runner.run_parallel` on t x S x d local
     workers; a summary, and JSON in ``args.out``."""
     from placement_env.runtime.parallel_runner import run_parallel  # torch: as run_plan's imports
 

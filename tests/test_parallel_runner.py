@@ -1,4 +1,4 @@
-"""Tensor and sharded data parallelism that run (issue 65 points 1-2, without pipelines): a small Llama with its
+"""Tensor and sharded data parallelism that run (issue 65 points 1-2; the pipelines below): a small Llama with its
 own tensor-parallel plan, as tensor ranks alone, as FSDP2 ZeRO 2 and 3, ZeRO 1 and plain replicas, and as tensor x
 data together, each ending one AdamW step with every parameter within 1e-5 of the same step run whole (fp32), and
 with its loss; each rank holds its share of the parameters (what the sharding leaves it)."""
@@ -15,8 +15,11 @@ transformers = pytest.importorskip("transformers")
 
 from placement_env import Parallelism  # noqa: E402
 from placement_env.runtime.fused_layers import linear_layers  # noqa: E402
+from placement_env.runtime.live_bytes import LiveBytes  # noqa: E402
 from placement_env.runtime.losses import causal_lm_loss  # noqa: E402
-from placement_env.runtime.parallel_runner import run_parallel, sequence_plan, tensor_plan  # noqa: E402
+from placement_env.runtime.parallel_runner import run_parallel  # noqa: E402
+from placement_env.runtime.recomputation import recompute_layers  # noqa: E402
+from placement_env.runtime.tensor_plans import sequence_plan, tensor_plan  # noqa: E402
 
 VOCAB, BATCH, SEQUENCE = 64, 8, 8
 
@@ -118,8 +121,9 @@ def test_what_it_does_not_run_is_refused_before_any_worker_starts():
     mlp = torch.nn.Sequential(torch.nn.Linear(4, 4))
     with pytest.raises(ValueError, match="model Sequential is not one: run its pipeline with\n? ?run_pipeline"):
         run_parallel(mlp, (torch.randn(8, 4),), Parallelism(pipeline=2, microbatches=2))
-    for p, named in ((Parallelism(pipeline=4, microbatches=4), "4 pipeline ranks for 2 layers"),
-                     (Parallelism(pipeline=2, microbatches=2, schedule="zb-h1"), "runs 1f1b or gpipe"),
+    for p, named in ((Parallelism(pipeline=4, microbatches=4), r"4 pipeline chunks \(4 ranks x 1\) for 2 layers"),
+                     (Parallelism(pipeline=2, microbatches=2, schedule="interleaved-1f1b", virtual_stages=2),
+                      r"4 pipeline chunks \(2 ranks x 2\) for 2 layers"),
                      (Parallelism(tensor=2, data=2, zero=1), "ZeRO 1 with tensor parallelism"),
                      (Parallelism(data=3), "3 replicas x 1 micro-batches = 3 do not divide the batch of 8"),
                      (Parallelism(tensor=4), r"4 tensor ranks do not divide the model's 2 heads \(num_key_value"),
@@ -160,19 +164,47 @@ def test_a_plan_at_scale_runs_from_the_command_line(tmp_path):
     assert len(losses) == 2 and losses[1] < losses[0] < 5.5  # cross-entropy about ln 64, learning
 
 
-@pytest.mark.parametrize(("family", "pipeline", "tensor", "data", "zero", "schedule"), [
-    ("llama", 2, 2, 2, 2, "1f1b"),  # 2 x 2 x 2 on 8 workers: pipeline, tensor, FSDP2
-    ("gpt2", 2, 2, 2, 2, "1f1b"),   # the same with tied embeddings: wte on stage 0, lm_head on stage 1
-    ("llama", 2, 1, 2, 1, "gpipe"),  # a pipeline with ZeRO 1 replicas
-    ("gpt2", 2, 1, 1, 0, "gpipe"),  # a pipeline alone, its tied copies' gradients summed
+@pytest.mark.parametrize(("family", "pipeline", "tensor", "data", "zero", "schedule", "v", "recompute", "sequence"), [
+    ("llama", 2, 2, 2, 2, "1f1b", 1, "none", False),  # 2 x 2 x 2 on 8 workers: pipeline, tensor, FSDP2
+    ("gpt2", 2, 2, 2, 2, "1f1b", 1, "none", False),   # the same with tied embeddings: wte on stage 0, lm_head on 1
+    ("llama", 2, 1, 2, 1, "gpipe", 1, "none", False),  # a pipeline with ZeRO 1 replicas
+    ("gpt2", 2, 1, 1, 0, "gpipe", 1, "none", False),  # a pipeline alone, its tied copies' gradients summed
+    ("llama", 2, 1, 1, 0, "interleaved-1f1b", 2, "none", False),  # two chunks a rank
+    ("llama", 2, 2, 2, 3, "interleaved-1f1b", 2, "selective", False),  # and tensor x FSDP2 ZeRO 3, recomputing
+    ("gpt2", 2, 2, 1, 2, "zb-h1", 1, "full", False),  # zero bubble, its backward split, tied, recomputing
+    ("llama", 2, 2, 1, 0, "1f1b", 1, "none", True),  # sequence parallel stages: each sends its shard of the sequence
 ])
-def test_a_3d_adamw_step_is_the_whole_one(family, pipeline, tensor, data, zero, schedule):
-    """Issue 65 point 2: a 4-layer Llama or GPT-2 cut by hand into stages (DecoderStage), each stage split over
-    tensor ranks and sharded or replicated over data ranks, the stages run by torch's 1F1B or GPipe: one AdamW step
-    within 1e-5 of the whole one, with its loss."""
+def test_a_3d_adamw_step_is_the_whole_one(family, pipeline, tensor, data, zero, schedule, v, recompute, sequence):
+    """Issue 65 point 2: a 4-layer Llama or GPT-2 cut by hand into S x v chunks (DecoderStage), each split over
+    tensor ranks (with sequence parallelism or without), sharded or replicated over data ranks, recomputing or not,
+    the chunks run by torch's 1F1B, GPipe, interleaved 1F1B or zero-bubble schedule: one AdamW step within 1e-5 of
+    the whole one, with its loss."""
     model = MODELS[family](layers=4)
     ids = torch.randint(0, VOCAB, (BATCH, SEQUENCE), generator=torch.Generator().manual_seed(1))
-    p = Parallelism(pipeline=pipeline, tensor=tensor, data=data, zero=zero, microbatches=2, schedule=schedule)
+    p = Parallelism(pipeline=pipeline, tensor=tensor, data=data, zero=zero, microbatches=2, schedule=schedule,
+                    virtual_stages=v, recompute=recompute, sequence_parallel=sequence)
     run = assert_the_whole_step(model, ids, p)
     whole = sum(q.numel() * q.element_size() for q in model.parameters())
     assert max(run.held_bytes) < whole  # each rank holds a stage (and its share of it)
+
+
+def test_recomputation_keeps_less_for_the_backward_and_ends_the_same_step():
+    """Full recomputation keeps only each layer's input, selective also its matrix products, none everything: the
+    bytes alive after the forward fall in that order (and each is less), and the gradients are the same."""
+    ids = torch.randint(0, VOCAB, (BATCH, 16), generator=torch.Generator().manual_seed(1))
+    kept, grads = {}, {}
+    for recompute in ("none", "selective", "full"):
+        model = tiny_llama(layers=4)
+        assert recompute_layers(model, recompute) == (0 if recompute == "none" else 4)
+        tracker = LiveBytes()
+        with tracker.mode:
+            loss = causal_lm_loss(model(input_ids=ids), ids)
+            kept[recompute] = tracker.live
+            loss.backward()
+        grads[recompute] = {n: q.grad.clone() for n, q in model.named_parameters()}
+    assert kept["none"] > kept["selective"] > kept["full"]
+    for recompute in ("selective", "full"):
+        for name, grad in grads["none"].items():
+            torch.testing.assert_close(grads[recompute][name], grad, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="unknown recompute 'some'"):
+        recompute_layers(tiny_llama(), "some")

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.distributed.tensor import DTensor, Shard
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,14 @@ class DecoderStage(torch.nn.Module):
     """Layers ``first .. end - 1`` of a causal LM of a known layout (:data:`LAYOUTS`); stage 0 also runs the
     embeddings, the last stage the final norm and the output layer. Input: token ids (stage 0) or hidden states;
     output: hidden states or logits. ``whole_names`` maps each of its parameters' names to the whole model's (a
-    tied parameter to the name the whole model reports it by)."""
+    tied parameter to the name the whole model reports it by).
+
+    With sequence parallelism, set ``sequence_mesh`` (the tensor ranks' mesh): the stage then takes and gives its
+    tensor rank's shard of the sequence (Megatron-LM sends a sequence-parallel stage's activations so, ``1 / t``
+    of them a rank), wrapped as ``Shard(1)`` of that mesh inside the stage."""
+
+    sequence_mesh: Any = None
+
 
     def __init__(self, model: Any, first: int, end: int, is_first: bool, is_last: bool) -> None:
         super().__init__()
@@ -94,6 +102,8 @@ class DecoderStage(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = self.embed(x) if self.embed is not None else x
+        if self.sequence_mesh is not None and self.embed is None:  # the previous stage's shard of the sequence
+            hidden = DTensor.from_local(hidden, self.sequence_mesh, [Shard(1)], run_check=False)
         positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0).expand(hidden.shape[0], -1)
         if self.positions is not None:
             hidden = hidden + self.positions(positions)
@@ -107,7 +117,7 @@ class DecoderStage(torch.nn.Module):
             hidden = out[0] if isinstance(out, tuple) else out
         if self.norm is not None and self.lm_head is not None:
             hidden = self.lm_head(self.norm(hidden))
-        return hidden
+        return hidden.to_local() if isinstance(hidden, DTensor) else hidden
 
     def model_name(self, name: str) -> str:
         """The whole model's name of this stage's parameter ``name``."""

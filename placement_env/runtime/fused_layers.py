@@ -41,7 +41,7 @@ def _fused_order(hidden: int, tensor: int) -> np.ndarray:
 def linear_layers(model: torch.nn.Module, tensor: int) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
     """Replace, in place, each ``Conv1D`` of ``model`` by an ``nn.Linear`` computing the same function, a fused
     query-key-value layer laid out for ``tensor`` ranks (module docstring; its ``Linear`` records
-    ``fused_ranks = tensor``, which :func:`~placement_env.runtime.parallel_runner.tensor_plan` reads).
+    ``fused_ranks = tensor``, which :func:`~placement_env.runtime.tensor_plans.tensor_plan` reads).
 
     Returns:
         For each converted parameter's name (``....c_attn.weight``, ``....c_attn.bias``, ...), the function that
