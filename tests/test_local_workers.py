@@ -1,5 +1,6 @@
 """Local worker processes: none outlives its driver, and a failure names the worker at fault."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -40,6 +41,37 @@ def test_no_worker_outlives_its_killed_driver(tmp_path, how):
         assert not any(map(running, workers))
     finally:
         driver.kill()
+
+
+STOPPED_DRIVER = """import sys
+from placement_env.cli import run_cli
+from placement_env.runtime.local_workers import run_on_local_workers
+from tests.worker_jobs import StopsTheDriver, wait_forever
+
+if __name__ == "__main__":
+    sys.exit(run_cli(lambda: run_on_local_workers(4, wait_forever, StopsTheDriver(sys.argv[1], int(sys.argv[2])))))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize(("signum", "status", "said"), [(signal.SIGINT, 130, "interrupted"),
+                                                        (signal.SIGTERM, 143, "terminated")])
+def test_a_stop_while_the_workers_start_ends_in_one_line_and_no_worker_outlives_it(tmp_path, signum, status, said):
+    """Issue 63: Ctrl-C or SIGTERM reaching the driver's process group while its workers start (sent by the first
+    worker to start, as it reads its job, while the others still import) ends the command with one line on stderr
+    and its status, no worker's start-up traceback; every worker that started is gone."""
+    script = tmp_path / "driver.py"
+    script.write_text(STOPPED_DRIVER)
+    driver = subprocess.run([sys.executable, str(script), str(tmp_path), str(int(signum))], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (driver.returncode, driver.stderr) == (status, said + "\n")
+    started = [int(f.name.split("-")[1]) for f in tmp_path.glob("started-*")]
+    assert started
+    deadline = time.monotonic() + 5
+    while any(map(running, started)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(running, started))
 
 
 def test_a_killed_worker_is_the_one_the_error_names():

@@ -37,3 +37,27 @@ def refuse(rank: int, world: int, payload: None) -> int:
     if rank == 1:
         raise ValueError("worker 1 refuses")
     return rank
+
+
+def _stop_the_driver(folder: str, signum: int) -> str:
+    """Run in a starting worker as its payload is unpickled: record this worker's PID, and the first to arrive
+    sends ``signum`` to its process group (the driver and every worker, as Ctrl-C in a terminal or ``timeout``
+    does). Returns ``folder``."""
+    Path(folder, f"started-{os.getpid()}").write_text("")
+    try:
+        os.close(os.open(Path(folder, "stopped"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return folder
+    os.killpg(os.getpgid(0), signum)
+    return folder
+
+
+class StopsTheDriver:
+    """A payload that, unpickled in a starting worker, stops the driver and its workers (:func:`_stop_the_driver`):
+    Ctrl-C or SIGTERM while the workers start."""
+
+    def __init__(self, folder: str, signum: int) -> None:
+        self.folder, self.signum = folder, signum
+
+    def __reduce__(self) -> tuple:
+        return _stop_the_driver, (self.folder, self.signum)

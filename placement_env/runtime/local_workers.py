@@ -78,6 +78,7 @@ def _entry(rank: int, world: int, port: int, job: Callable[..., Any], payload: A
     global _beats, _rank
     exit_with_parent(parent)  # no worker outlives its driver, even one killed by SIGKILL
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to answer: it ends the workers
+    _unblock_stops()  # blocked since the driver started this worker: a Ctrl-C meanwhile is dropped, SIGTERM ends it
     _beats, _rank = results, rank
     try:
         import torch
@@ -166,7 +167,9 @@ def run_on_local_workers(num_workers: int, job: Callable[[int, int, Any], Any], 
     (see the module docstring), the process group (``backend``: ``"gloo"``, or ``"nccl"`` for one process per
     CUDA device) initialised around it. Every worker ends within a second of the driver's death
     (:func:`~placement_env.child_processes.exit_with_parent`), ignores Ctrl-C (the driver answers it and ends
-    them) and is killed when the call ends with an error.
+    them) and is killed when the call ends with an error. Ctrl-C and SIGTERM wait while the workers start (each
+    worker starts with them blocked, and drops a Ctrl-C that came before its job began): a stop then ends every
+    worker, and none prints a traceback of its start-up.
 
     ``job`` must be a module-level function and ``payload`` picklable (spawned processes import them).
 
@@ -185,21 +188,23 @@ def run_on_local_workers(num_workers: int, job: Callable[[int, int, Any], Any], 
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"  # the spawned interpreters read it when torch loads
     procs: list[Any] = []
-    try:
-        for rank in range(num_workers):
-            procs.append(ctx.Process(target=_entry, args=(rank, num_workers, port, job, payload, results,
-                                                          os.getpid(), backend), daemon=True))
-            procs[-1].start()
-    finally:
-        if saved is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved
     out: dict[int, Any] = {}
-    heard = {rank: (time.monotonic(), "starting") for rank in range(num_workers)}
-    startup = max(silence, STARTUP_S)
     finished = False
     try:
+        mask = _block_stops()  # the workers inherit it: a Ctrl-C to the terminal's group cannot hit their start-up
+        try:
+            for rank in range(num_workers):
+                procs.append(ctx.Process(target=_entry, args=(rank, num_workers, port, job, payload, results,
+                                                              os.getpid(), backend), daemon=True))
+                procs[-1].start()
+        finally:
+            if saved is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = saved
+            _unblock_stops(mask)  # a Ctrl-C or SIGTERM that came meanwhile is raised here: every worker is known
+        heard = {rank: (time.monotonic(), "starting") for rank in range(num_workers)}
+        startup = max(silence, STARTUP_S)
         while len(out) < num_workers:
             try:
                 rank, ok, value = results.get(timeout=min(1.0, silence / 4))
@@ -235,6 +240,24 @@ def run_on_local_workers(num_workers: int, job: Callable[[int, int, Any], Any], 
                 p.kill()
                 p.join()
     return [out[rank] for rank in range(num_workers)]
+
+
+STOPS = (signal.SIGINT, signal.SIGTERM)
+"""The signals that stop a command (Ctrl-C, SIGTERM): blocked while the driver starts its workers."""
+
+
+def _block_stops() -> set[int | signal.Signals] | None:
+    """Block :data:`STOPS` in this thread; returns the mask before (None where there are no signal masks)."""
+    return signal.pthread_sigmask(signal.SIG_BLOCK, STOPS) if hasattr(signal, "pthread_sigmask") else None
+
+
+def _unblock_stops(previous: set[int | signal.Signals] | None = None) -> None:
+    """Put back the mask ``previous`` (:func:`_block_stops`'s), or unblock :data:`STOPS`."""
+    if hasattr(signal, "pthread_sigmask"):
+        if previous is None:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+        else:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 DEATH_GRACE_S = 1.0
