@@ -124,7 +124,6 @@ def test_what_it_does_not_run_is_refused_before_any_worker_starts():
     for p, named in ((Parallelism(pipeline=4, microbatches=4), r"4 pipeline chunks \(4 ranks x 1\) for 2 layers"),
                      (Parallelism(pipeline=2, microbatches=2, schedule="interleaved-1f1b", virtual_stages=2),
                       r"4 pipeline chunks \(2 ranks x 2\) for 2 layers"),
-                     (Parallelism(tensor=2, data=2, zero=1), "ZeRO 1 with tensor parallelism"),
                      (Parallelism(data=3), "3 replicas x 1 micro-batches = 3 do not divide the batch of 8"),
                      (Parallelism(tensor=4), r"4 tensor ranks do not divide the model's 2 heads \(num_key_value"),
                      (Parallelism(tensor=3), r"3 tensor ranks do not divide the model's 4 heads \(num_attention")):
@@ -168,6 +167,7 @@ def test_a_plan_at_scale_runs_from_the_command_line(tmp_path):
     ("llama", 2, 2, 2, 2, "1f1b", 1, "none", False),  # 2 x 2 x 2 on 8 workers: pipeline, tensor, FSDP2
     ("gpt2", 2, 2, 2, 2, "1f1b", 1, "none", False),   # the same with tied embeddings: wte on stage 0, lm_head on 1
     ("llama", 2, 1, 2, 1, "gpipe", 1, "none", False),  # a pipeline with ZeRO 1 replicas
+    ("gpt2", 1, 2, 2, 1, "1f1b", 1, "none", False),  # ZeRO 1 over each tensor rank's shards (Megatron's usual)
     ("gpt2", 2, 1, 1, 0, "gpipe", 1, "none", False),  # a pipeline alone, its tied copies' gradients summed
     ("llama", 2, 1, 1, 0, "interleaved-1f1b", 2, "none", False),  # two chunks a rank
     ("llama", 2, 2, 2, 3, "interleaved-1f1b", 2, "selective", False),  # and tensor x FSDP2 ZeRO 3, recomputing

@@ -21,7 +21,8 @@ simulator's ``tp-dp-pp``):
   ranks (:func:`~placement_env.runtime.fused_layers.linear_layers`; the parameters are reported in the model's own
   layout). A module it cannot split, or whose width or heads ``t`` does not divide, is refused by name;
 * the data-parallel ranks each take ``1 / d`` of the batch: ZeRO 0 all-reduces the gradients (averaged), ZeRO 1
-  shards the optimizer's states (``ZeroRedundancyOptimizer``), ZeRO 2 and 3 shard gradients and parameters with
+  shards the optimizer's states (``ZeroRedundancyOptimizer``, over each tensor rank's local shards: it takes no
+  DTensor, so it steps plain parameters sharing their storage), ZeRO 2 and 3 shard gradients and parameters with
   FSDP2 (``fully_shard`` each layer and the model, ``reshard_after_forward`` False for 2, True for 3);
 * ``microbatches`` micro-batches a step accumulate their gradients (each loss divided by their count), then the
   optimizer steps.
@@ -34,7 +35,7 @@ rank's parameter bytes held (what the sharding leaves it), and the parameters af
 With ``sequence_parallel``, the norms of a Llama-family decoder run on their shard of the sequence
 (:func:`~placement_env.runtime.tensor_plans.sequence_plan`). Not run here, each refused by name: a pipeline of
 another model (run it with :func:`~placement_env.runtime.pipeline_runner.run_pipeline`), sequence parallelism on a
-model not named as a Llama, ZeRO 1 with tensor parallelism (``ZeroRedundancyOptimizer`` takes no DTensor).
+model not named as a Llama.
 """
 
 from __future__ import annotations
@@ -117,9 +118,9 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
 
     Raises:
         ValueError: a pipeline of a model other than a known decoder (run it with ``run_pipeline``) or of more
-            chunks than layers, sequence parallelism on a model not named as a Llama, ZeRO 1 with tensor
-            parallelism, a batch that ``d x microbatches`` does not divide, a module tensor parallelism cannot
-            split, more workers than the machine runs.
+            chunks than layers, sequence parallelism on a model not named as a Llama, a batch that
+            ``d x microbatches`` does not divide, a module tensor parallelism cannot split, more workers than the
+            machine runs.
         RuntimeError: a rank failed (its error) or died.
     """
     if not isinstance(parallelism, Parallelism):
@@ -135,9 +136,6 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
         if p.chunks > layers:
             raise ValueError(f"{p.chunks} pipeline chunks ({p.pipeline} ranks x {p.virtual_stages}) for {layers} "
                              "layers")
-    if p.zero == 1 and p.tensor > 1:
-        raise ValueError("ZeRO 1 with tensor parallelism: torch's ZeroRedundancyOptimizer takes no DTensor; use ZeRO "
-                         "2 (FSDP2) or 0")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
@@ -222,14 +220,16 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
                 fully_shard(layer, mesh=mesh["dp"], reshard_after_forward=p.zero == 3)
             fully_shard(module, mesh=mesh["dp"], reshard_after_forward=p.zero == 3)
     parameters = list({id(q): q for m in modules for q in m.parameters() if q.requires_grad}.values())
-    optimizer = None
+    optimizer, shadows = None, []
     if job.optimizer is not None and parameters:
         factory = cloudpickle.loads(job.optimizer)
         if p.zero == 1 and p.data > 1:
             probe = factory([torch.nn.Parameter(torch.zeros(1))])  # the user's optimizer: its class and settings
             accepted = inspect.signature(type(probe).__init__).parameters
             settings = {k: v for k, v in probe.defaults.items() if k in accepted}
-            optimizer = ZeroRedundancyOptimizer(parameters, optimizer_class=type(probe),
+            # plain parameters on each one's local shard (its storage): the sharded optimizer updates them in place
+            shadows = [torch.nn.Parameter(_local(q).detach()) for q in parameters]
+            optimizer = ZeroRedundancyOptimizer(shadows, optimizer_class=type(probe),
                                                 process_group=mesh["dp"].get_group(), **settings)
         else:
             optimizer = factory(parameters)
@@ -279,9 +279,13 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
             grad = dict(modules[index].named_parameters())[local_name].grad
             if grad is not None:
                 dist.all_reduce(_local(grad), group=group)
+        for shadow, q in zip(shadows, parameters, strict=True):
+            shadow.grad = _local(q.grad) if q.grad is not None else None
         if optimizer is not None:
             optimizer.step()
             optimizer.zero_grad()
+            for module in modules:
+                module.zero_grad()
         else:
             for module in modules:
                 module.zero_grad()
