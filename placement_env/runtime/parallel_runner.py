@@ -279,7 +279,7 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
             grad = dict(modules[index].named_parameters())[local_name].grad
             if grad is not None:
                 dist.all_reduce(_local(grad), group=group)
-        for shadow, q in zip(shadows, parameters, strict=True):
+        for shadow, q in zip(shadows, parameters if shadows else [], strict=True):  # ZeRO 1's plain parameters
             shadow.grad = _local(q.grad) if q.grad is not None else None
         if optimizer is not None:
             optimizer.step()
