@@ -23,6 +23,7 @@ from baselines.split import split
 from baselines.starts import ranked_starts
 from placement_env.checks import checked_instance
 from placement_env.cluster import Cluster
+from placement_env.envs.starts import StartPlacers
 from placement_env.graph.model import ComputationGraph
 from placement_env.parallelism import Parallelism
 from placement_env.sim.pipeline import PLAIN_STEP, Step
@@ -103,6 +104,21 @@ def feasible_start(graph: ComputationGraph, cluster: Cluster, seed: int = 0,
     found, _ = ranked_starts(graph, cluster, {name: CONSTRUCTIVE[name] for name in SEARCH_STARTS[1:]}, seed,
                              step=step)
     return found[0][1], found[0][2]
+
+
+def _start_within_memory(graph: ComputationGraph, cluster: Cluster) -> np.ndarray | None:
+    try:
+        return feasible_start(graph, cluster)[1]
+    except PlacementInfeasibleError:
+        return None
+
+
+def environment_starts() -> StartPlacers:
+    """The placers the environments may start episodes from: :data:`PLACERS` by name, and :func:`feasible_start`
+    when everything on one device runs out of memory. Found by the environments through the entry point
+    ``baselines`` of the group ``placement_env.start_placers`` (``pyproject.toml``;
+    :mod:`placement_env.envs.starts`)."""
+    return StartPlacers(placers=PLACERS, within_memory=_start_within_memory)
 
 
 def list_placers() -> list[str]:

@@ -13,15 +13,15 @@ The layers, each a subpackage, each importing only those before it:
 4. :mod:`.plan`, plans (:class:`Parallelism` describes the step; :func:`search_plan`, :func:`hand_plan`,
    :func:`plan_from_placement`, :func:`simulate_plan`), and :mod:`.runtime`, which runs them
    (:func:`run_pipeline`, loaded on first use: it needs torch);
-5. the placers of the top-level package :mod:`baselines`, built on the layers above;
-6. :mod:`.envs`, the Gymnasium environments, which start episodes from those placers.
+5. :mod:`.envs`, the Gymnasium environments, which start episodes from the placers of the top-level package
+   :mod:`baselines` (built on every layer here) without importing them: they find them through an entry point
+   (:mod:`.envs.starts`).
 
 This module re-exports the public names of every layer. The environments and
 :func:`from_torch` are loaded on first use (``placement_env.DevicePlacementEnv``
-imports :mod:`.envs`): the environments sit above :mod:`baselines`, which
-imports the layers below them, and torch is only needed to trace a model.
-``import placement_env`` registers ``DevicePlacement-v0`` and
-``DevicePlacementSequential-v0`` with Gymnasium.
+imports :mod:`.envs`), and torch is only needed to trace a model.
+``import placement_env`` registers ``DevicePlacement-v0``, ``DevicePlacementSequential-v0`` and
+``ParallelPlan-v0`` with Gymnasium.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Imports go one way: every project module imports only modules of its own layer or the layers below it.
 
-The layers, bottom to top (the data path: graph -> simulator -> placers -> environments -> encoders ->
+The layers, bottom to top (the data path: graph -> simulator -> environments -> placers -> encoders ->
 policies -> training -> the command line):
 
 0. ``placement_env.checks``, ``placement_env.json_files``, ``placement_env.lazy_names``,
@@ -14,9 +14,10 @@ policies -> training -> the command line):
 5. ``placement_env.importers`` and ``placement_env.runtime`` (a model in, placements out, plans run);
 6. ``placement_env.zoo``;
 7. ``placement_env.cli``;
-8. ``baselines``;
-9. ``placement_env.envs`` and the package ``placement_env`` itself (its facade re-exports every layer);
-10. ``placement_env.__main__``;
+8. ``placement_env.envs`` and the package ``placement_env`` itself (its facade re-exports every layer);
+9. ``placement_env.__main__`` and ``placement_env.scale_cli``;
+10. ``baselines`` (the environments below it find its placers through an entry point, never an import:
+    ``placement_env/envs/starts.py``);
 11. ``agents.names`` (names the command lines check early) and ``agents.jobs`` (the fan-out, which knows
     nothing of placement);
 12. ``graph_encoders``;
@@ -55,9 +56,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("placement_env.importers", "placement_env.runtime"),
     ("placement_env.zoo",),
     ("placement_env.cli",),
-    ("baselines",),
     ("placement_env.envs", "placement_env"),
     ("placement_env.__main__", "placement_env.scale_cli"),
+    ("baselines",),  # the environments find its placers through an entry point (placement_env/envs/starts.py)
     ("agents.names", "agents.jobs"),
     ("graph_encoders",),
     ("agents.policies",),
@@ -166,7 +167,10 @@ def test_the_walk_catches_upward_imports_however_written():
 def test_the_layer_table_knows_every_module():
     for path in project_files():
         layer_of(module_name(path))  # raises for a module in no layer
-    assert layer_of("placement_env.sim.kernel") < layer_of("baselines.heft") < layer_of("placement_env.envs.task")
+    assert layer_of("placement_env.sim.kernel") < layer_of("placement_env.envs.task") < layer_of("baselines.heft")
+    # the whole house of placement_env sits below the placers: no arrow back up from it to baselines
+    assert max(layer_of(module_name(path)) for path in project_files()
+               if module_name(path).split(".")[0] == "placement_env") < layer_of("baselines")
     assert layer_of("agents.training.run") > layer_of("agents.algorithms.reinforce")
     assert layer_of("placement_env.sim") < layer_of("placement_env.zoo.suites.build")
 

@@ -13,10 +13,9 @@ import warnings
 import numpy as np
 from gymnasium import spaces
 
-from baselines.memory import PlacementInfeasibleError
-from baselines.placers import PLACERS, feasible_start
 from placement_env.checks import checked_count
 from placement_env.cluster import DEFAULT_KIND, Cluster
+from placement_env.envs.starts import OWN_STARTS, start_names, start_placer, start_within_memory
 from placement_env.graph.coarsen import coarsen
 from placement_env.graph.model import ComputationGraph
 from placement_env.graph.units import STATIC_FEATURES, UnitGraph, unit_graph
@@ -24,12 +23,13 @@ from placement_env.sim.pipeline import DEFAULT_SCHEDULE, checked_microbatches, c
 from placement_env.sim.simulator import DEFAULT_PARAM_FACTOR, Simulator, checked_param_factor, lb_ratio
 from placement_env.zoo.registry import SUITES, load_graph, load_suite
 
-INITIAL_PLACEMENTS = ("single", "random", "round_robin")
+INITIAL_PLACEMENTS = OWN_STARTS
 
 
 def initial_placement_names() -> tuple[str, ...]:
-    """Every accepted ``initial_placement``: :data:`INITIAL_PLACEMENTS`, then the placers of ``baselines``."""
-    return tuple(dict.fromkeys(INITIAL_PLACEMENTS + tuple(PLACERS)))
+    """Every accepted ``initial_placement``: :data:`INITIAL_PLACEMENTS`, then the installed placers'
+    (:mod:`placement_env.envs.starts`: those of ``baselines``)."""
+    return start_names()
 
 
 def unflatten_observation(obs: dict) -> dict:
@@ -237,9 +237,12 @@ class PlacementTask:
     # ------------------------------------------------------ start states
     def initial_units(self, gi: int, kind: str, rng: np.random.Generator) -> np.ndarray:
         """A device per unit: ``single`` (all on the fastest device; when that runs out of memory in the
-        simulator, the fastest placement that fits of the fast placers, :func:`baselines.placers.feasible_start`,
-        if any fits),
-        ``random``, ``round_robin`` (in topological order), or the name of a placer in ``baselines``."""
+        simulator, the installed placers' placement within memory,
+        :func:`~placement_env.envs.starts.start_within_memory`, if any fits: that of ``baselines`` is the fastest
+        of its fast placers'), ``random``, ``round_robin`` (in topological order), or the name of an installed
+        placer (:func:`~placement_env.envs.starts.start_names`: those of ``baselines``).
+
+        Raises ``ValueError`` for a name no package offers."""
         u, m = self.units[gi], self.cluster.num_devices
         if kind == "single":
             if (gi, kind) not in self._initial:
@@ -247,10 +250,9 @@ class PlacementTask:
                 units = np.full(u.num_units, fastest, np.int64)
                 _, peak, _ = self.simulator(gi).run(units[graph.unit_of])
                 if np.any(peak > self.cluster.memory):
-                    try:
-                        units = graph.unit_placement(feasible_start(graph, self.cluster)[1])
-                    except PlacementInfeasibleError:  # nothing fits: start from one device, out of memory
-                        pass
+                    fits = start_within_memory(graph, self.cluster)
+                    if fits is not None:  # else nothing fits: start from one device, out of memory
+                        units = graph.unit_placement(fits)
                 self._initial[gi, kind] = units
             return self._initial[gi, kind].copy()
         if kind == "random":
@@ -259,10 +261,9 @@ class PlacementTask:
             out = np.empty(u.num_units, np.int64)
             out[u.topological_order] = np.arange(u.num_units) % m
             return out
-        if kind not in PLACERS:
-            raise ValueError(f"unknown initial_placement {kind!r}; use one of {', '.join(initial_placement_names())}")
+        placer = start_placer(kind)
         if (gi, kind) not in self._initial:  # deterministic (seed 0): place once per graph
-            self._initial[gi, kind] = self.graphs[gi].unit_placement(PLACERS[kind](self.graphs[gi], self.cluster, 0))
+            self._initial[gi, kind] = self.graphs[gi].unit_placement(placer(self.graphs[gi], self.cluster, 0))
         return self._initial[gi, kind].copy()
 
     def draw_graph(self, rng: np.random.Generator) -> int:
