@@ -1,11 +1,14 @@
 """The simulator's pipelined step against pipelines run with torch.distributed.pipelining on 2 local devices.
 
-    python benchmarks/pipeline_fidelity.py [--rounds 3] [--max-rounds 8] [--steps 4] [--models gpt2,bert,vit,llama,cnn]
-        [--calibrate | --calibrate-per-model] [--json experiments/pipeline_fidelity/rows.json]
+    python benchmarks/pipeline_fidelity.py [--rounds 3] [--max-rounds 8] [--steps 4]
+        [--models gpt2,bert,vit,llama,cnn | opt,mixer,plain-cnn] [--calibrate | --calibrate-per-model]
+        [--json experiments/pipeline_fidelity/rows.json]
     python benchmarks/pipeline_fidelity.py --summary-of experiments/pipeline_fidelity/per_model_rows.json
 
 Five models, four from Hugging Face configs (GPT-2 with its tied embeddings, BERT with its tied decoder, ViT,
-Llama; 4 layers, width 128) and a plain PyTorch CNN, each imported with ``from_torch(..., profile=True,
+Llama; 4 layers, width 128) and a plain PyTorch CNN; or, with ``--models opt,mixer,plain-cnn``, three models no
+overhead was tuned on (``fidelity_common.outside_models``: transformers' OPT, not in the zoo, and an MLP-Mixer and a
+VGG-style CNN written for the benchmark). Each is imported with ``from_torch(..., profile=True,
 colocate_modules=depth)`` on one thread (each op's cost the fastest of ``--rounds`` profiles), so that every
 module of depth ``depth`` is a placement unit and every contiguous placement is a pipeline. The cluster is
 ``local_cluster(2)`` (measured: speed 1.0, the gloo link while the workers compute). For m in {4, 8} and each
@@ -41,7 +44,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from fidelity_common import fastest_costs, hugging_face_models, spearman, uncertainty
+from fidelity_common import fastest_costs, hugging_face_models, outside_models, spearman, uncertainty
 from machine import machine_line
 
 from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS, search_placers
@@ -98,7 +101,10 @@ def main() -> None:
         print(f"pipeline runtime, calibrated: {describe(overheads)}", flush=True)
     placers = {**CONTIGUOUS_PLACERS, **CONTIGUOUS_RUNTIME_DEFAULTS, **search_placers(2.0, contiguous=True)}
     rows, summary = [], []
-    zoo = hugging_face_models()
+    zoo = {**hugging_face_models(), **outside_models()}
+    for name in args.models.split(","):
+        if name not in zoo:
+            parser.error(f"unknown model {name!r} in --models; known: {', '.join(zoo)}")
     for name in args.models.split(","):
         model, inputs, kwargs, depth = zoo[name]
         graph = fastest_costs([from_torch(model, inputs, example_kwargs=kwargs, profile=True, repeats=10,

@@ -26,8 +26,8 @@ import argparse
 import numpy as np
 import torch
 from benchmarks_common import write_rows
+from fidelity_common import hugging_face_models, outside_models
 from machine import machine_line
-from pipeline_fidelity import models
 
 from placement_env import from_torch, simulate
 from placement_env.cluster import Cluster
@@ -63,7 +63,7 @@ def main() -> None:
     torch.set_num_threads(1)
     cluster = local_cluster(2)
     one_device = Cluster.preset("p100", 1)
-    zoo = models()
+    zoo = {**hugging_face_models(), **outside_models()}
     rows = []
     for name in args.models.split(","):
         model, inputs, kwargs, depth = zoo[name]

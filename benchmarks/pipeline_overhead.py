@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 from benchmarks_common import write_rows
-from fidelity import fastest_costs
-from pipeline_fidelity import measured_local_cluster, models
+from fidelity_common import fastest_costs, hugging_face_models, outside_models
+from pipeline_fidelity import measured_local_cluster
 
 from baselines.placers import CONTIGUOUS_RUNTIME_DEFAULTS
 from placement_env import from_torch
@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     cluster = measured_local_cluster()
-    zoo, rows = models(), []
+    zoo, rows = {**hugging_face_models(), **outside_models()}, []
     placer = CONTIGUOUS_RUNTIME_DEFAULTS["deepspeed-uniform"]
     for name in args.models.split(","):
         model, inputs, kwargs, depth = zoo[name]
