@@ -104,8 +104,7 @@ def outside_models() -> dict[str, tuple[torch.nn.Module, tuple, dict, int]]:
     torch.manual_seed(0)
     opt = transformers.OPTForCausalLM(transformers.OPTConfig(
         vocab_size=1000, hidden_size=128, num_hidden_layers=4, ffn_dim=512, num_attention_heads=4,
-        max_position_embeddings=64, word_embed_proj_dim=128, dropout=0.0, attention_dropout=0.0,
-        activation_dropout=0.0, use_cache=False))
+        max_position_embeddings=64, word_embed_proj_dim=128, dropout=0.0, attention_dropout=0.0, use_cache=False))
     return {
         "opt": (opt.train(), (), {"input_ids": torch.randint(0, 1000, (8, 64))}, 4),
         "mixer": (MLPMixer().train(), (torch.randn(8, 3, 32, 32),), {}, 2),
