@@ -27,6 +27,7 @@ import functools
 import importlib
 import json
 import math
+import os
 import sys
 from typing import Any
 
@@ -303,7 +304,7 @@ def run_plan(args: argparse.Namespace) -> int:
 def _run_at_scale(args: argparse.Namespace, model: Any, inputs: tuple, kwargs: dict, parallelism: Any,
                   optimizer: Any, loss_fn: Any, targets: Any, loss: str) -> int:
     """``run`` of a plan at scale: :func:`~placement_env.runtime.parallel_runner.run_parallel` on t x S x d local
-    workers; a summary, and JSON in ``args.out``."""
+    workers, or as this torchrun rank; a summary, and JSON in ``args.out`` (written by rank 0 under torchrun)."""
     from placement_env.runtime.parallel_runner import run_parallel  # torch: as run_plan's imports
 
     try:
@@ -311,11 +312,14 @@ def _run_at_scale(args: argparse.Namespace, model: Any, inputs: tuple, kwargs: d
                               optimizer=optimizer, loss_fn=loss_fn, targets=targets)
     except RuntimeError as error:  # a rank failed or died: its first line says which and why
         raise ValueError(first_line(error)) from None
-    print(f"plan {args.plan}: {parallelism.describe()}; {args.steps} steps on local workers; loss {loss}")
+    ranks = "local workers"
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # run_parallel ran this process as one rank
+        ranks = f"torchrun (rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']})"
+    print(f"plan {args.plan}: {parallelism.describe()}; {args.steps} steps on {ranks}; loss {loss}")
     print(f"step         {result.seconds * 1e3:.3f} ms (median)")
     print(f"losses       {', '.join(f'{x:.6g}' for x in result.losses)}")
     print(f"held         {', '.join(f'{b / 2**20:.2f}' for b in result.held_bytes)} MiB of parameters a rank")
-    if args.out:
+    if args.out and os.environ.get("RANK", "0") == "0":  # under torchrun every rank has the result: one writes
         write_text_atomically(args.out, json.dumps({"steps": result.steps, "losses": result.losses,
                                                     "held_bytes": result.held_bytes}, indent=1) + "\n")
     return 0

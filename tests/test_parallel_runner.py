@@ -79,6 +79,7 @@ def assert_the_whole_step(model, ids, p):
     ("llama", 2, 1, 0, 1, False),   # tensor parallelism alone
     ("gpt2", 2, 1, 0, 1, False),    # GPT-2's fused Conv1D layers, laid out for two tensor ranks
     ("llama", 2, 1, 0, 1, True),    # and sequence parallelism
+    ("gpt2", 2, 1, 0, 1, True),     # GPT-2's too: its learned positions added before the sequence is split
     ("llama", 1, 2, 0, 2, False),   # plain replicas, gradient accumulation
     ("llama", 1, 2, 1, 1, False),   # ZeRO 1: ZeroRedundancyOptimizer
     ("gpt2", 1, 2, 3, 1, False),    # FSDP2, resharded after the forward, with a tied output layer
@@ -109,6 +110,14 @@ def test_the_tensor_plan_is_the_model_s_own_or_refused_by_name():
         "transformer.h.0.mlp.c_fc": "ColwiseParallel", "transformer.h.0.mlp.c_proj": "RowwiseParallel"}
     with pytest.raises(ValueError, match="module 'transformer.h.0.attn.c_attn' holds 4 attention heads"):
         linear_layers(tiny_gpt2(layers=1), 8)
+    sequence = {k: type(v).__name__ for k, v in sequence_plan(gpt2).items()}
+    assert sequence == {
+        "transformer.drop": "PrepareModuleOutput", "transformer.ln_f": "SequenceParallel",
+        "lm_head": "PrepareModuleInput",  # tied to wte: both stay whole, the output layer takes the whole sequence
+        "transformer.h.0.ln_1": "SequenceParallel", "transformer.h.0.ln_2": "SequenceParallel",
+        "transformer.h.0.attn": "PrepareModuleInput", "transformer.h.0.mlp": "PrepareModuleInput",
+        "transformer.h.0.attn.c_attn": "ColwiseParallel", "transformer.h.0.attn.c_proj": "RowwiseParallel",
+        "transformer.h.0.mlp.c_fc": "ColwiseParallel", "transformer.h.0.mlp.c_proj": "RowwiseParallel"}
     mlp = torch.nn.Sequential(torch.nn.Linear(4, 4))
     mlp.add_module("fc1", torch.nn.Linear(4, 8))
     with pytest.raises(ValueError, match="sequence parallelism needs a decoder named as transformers' Llama family"):
@@ -163,16 +172,49 @@ def test_a_plan_at_scale_runs_from_the_command_line(tmp_path):
     assert len(losses) == 2 and losses[1] < losses[0] < 5.5  # cross-entropy about ln 64, learning
 
 
+def test_under_torchrun_each_rank_runs_its_part_of_a_plan_at_scale_from_the_command_line(tmp_path):
+    """``torchrun ... -m placement_env run``: each process is one rank of a 2-stage pipeline (run_parallel reads
+    RANK and WORLD_SIZE), every rank reports the whole run, rank 0 writes it; its first loss is the whole model's."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from placement_env.runtime.local_workers import free_port
+
+    root = Path(__file__).resolve().parents[1]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"format": "device-placement-scale-plan", "version": 1,
+                                "parallelism": {"pipeline": 2, "microbatches": 2, "schedule": "1f1b"}}))
+    ran = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                          str(free_port()), "-m", "placement_env", "run", "--plan", str(plan), "--model",
+                          "tests.test_parallel_runner:tiny_llama_batch", "--steps", "2", "--sgd", "0.1", "--out",
+                          str(tmp_path / "run.json")], capture_output=True, text=True, cwd=root, timeout=600,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}, check=False)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.count("2 steps on torchrun (rank") == 2  # each rank prints the whole run
+    model, _, kwargs = tiny_llama_batch()
+    _, loss = whole_step(model, kwargs["input_ids"], 1, 2)
+    losses = json.loads((tmp_path / "run.json").read_text())["losses"]
+    assert losses[0] == pytest.approx(loss, rel=1e-5) and losses[1] < losses[0]
+
+
 @pytest.mark.parametrize(("family", "pipeline", "tensor", "data", "zero", "schedule", "v", "recompute", "sequence"), [
     ("llama", 2, 2, 2, 2, "1f1b", 1, "none", False),  # 2 x 2 x 2 on 8 workers: pipeline, tensor, FSDP2
-    ("gpt2", 2, 2, 2, 2, "1f1b", 1, "none", False),   # the same with tied embeddings: wte on stage 0, lm_head on 1
+    # the same with tied embeddings: wte on stage 0, lm_head on 1 (8 workers: slow, one 2 x 2 x 2 case is enough
+    # for the default suite; python -m pytest -m slow runs it)
+    pytest.param("gpt2", 2, 2, 2, 2, "1f1b", 1, "none", False, marks=pytest.mark.slow),
     ("llama", 2, 1, 2, 1, "gpipe", 1, "none", False),  # a pipeline with ZeRO 1 replicas
     ("gpt2", 1, 2, 2, 1, "1f1b", 1, "none", False),  # ZeRO 1 over each tensor rank's shards (Megatron's usual)
     ("gpt2", 2, 1, 1, 0, "gpipe", 1, "none", False),  # a pipeline alone, its tied copies' gradients summed
     ("llama", 2, 1, 1, 0, "interleaved-1f1b", 2, "none", False),  # two chunks a rank
-    ("llama", 2, 2, 2, 3, "interleaved-1f1b", 2, "selective", False),  # and tensor x FSDP2 ZeRO 3, recomputing
+    # and tensor x FSDP2 ZeRO 3, recomputing (8 workers: slow; the default suite runs interleaving on two)
+    pytest.param("llama", 2, 2, 2, 3, "interleaved-1f1b", 2, "selective", False, marks=pytest.mark.slow),
     ("gpt2", 2, 2, 1, 2, "zb-h1", 1, "full", False),  # zero bubble, its backward split, tied, recomputing
     ("llama", 2, 2, 1, 0, "1f1b", 1, "none", True),  # sequence parallel stages: each sends its shard of the sequence
+    # GPT-2's, its tied copies whole on both ends (slow: the default suite runs GPT-2's sequence parallelism whole)
+    pytest.param("gpt2", 2, 2, 1, 0, "1f1b", 1, "none", True, marks=pytest.mark.slow),
 ])
 def test_a_3d_adamw_step_is_the_whole_one(family, pipeline, tensor, data, zero, schedule, v, recompute, sequence):
     """Issue 65 point 2: a 4-layer Llama or GPT-2 cut by hand into S x v chunks (DecoderStage), each split over

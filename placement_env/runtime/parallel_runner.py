@@ -1,9 +1,11 @@
 """Tensor, sequence, sharded data and pipeline parallelism that run: :func:`run_parallel`, training steps of a
 ``tensor x pipeline x data`` :class:`~placement_env.parallelism.Parallelism` with torch's own modules.
 
-Each of the ``t x S x d`` ranks is one process (local gloo workers, :mod:`placement_env.runtime.local_workers`) on
-a ``(pp, dp, tp)`` ``DeviceMesh`` (tensor ranks neighbours, then data, then pipeline: Megatron-LM's order and the
-simulator's ``tp-dp-pp``):
+Each of the ``t x S x d`` ranks is one process on a ``(pp, dp, tp)`` ``DeviceMesh``: local gloo workers
+(:mod:`placement_env.runtime.local_workers`), one process per CUDA device (``devices="cuda"``, nccl, rank ``r`` on
+``cuda:r``), or, under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` set), this process as rank ``RANK`` (gloo, or nccl
+on ``cuda:LOCAL_RANK`` with ``devices="cuda"``). Its ranks: tensor ranks neighbours, then data, then pipeline
+(Megatron-LM's order and the simulator's ``tp-dp-pp``):
 
 * pipeline ranks (a decoder of transformers' Llama family or GPT-2): the model cut by hand into ``S x v`` chunks
   of consecutive layers (:class:`~placement_env.runtime.decoder_stages.DecoderStage`, the first with the embeddings,
@@ -32,10 +34,10 @@ simulator's ``tp-dp-pp``):
 
 What it reports (:class:`ParallelRun`): each step's seconds (the slowest rank's, from a barrier), the losses, each
 rank's parameter bytes held (what the sharding leaves it), and the parameters after the steps, whole, by name.
-With ``sequence_parallel``, the norms of a Llama-family decoder run on their shard of the sequence
+With ``sequence_parallel``, the norms of a Llama-family or GPT-2 decoder run on their shard of the sequence
 (:func:`~placement_env.runtime.tensor_plans.sequence_plan`). Not run here, each refused by name: a pipeline of
 another model (run it with :func:`~placement_env.runtime.pipeline_runner.run_pipeline`), sequence parallelism on a
-model not named as a Llama.
+model not named as a Llama or a GPT-2.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from __future__ import annotations
 import copy
 import inspect
 import io
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -97,14 +100,15 @@ class _Job:
     steps: int
     loss_fn: bytes | None
     optimizer: bytes | None
+    device: str = "cpu"  # "cpu" or "cuda"
 
 
 def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, parallelism: Parallelism, *,
                  steps: int = 1, loss_fn: Callable[[Any, Any], Any] | None = None, targets: Any = None,
                  optimizer: Callable[[list], Any] | None = None,
-                 example_kwargs: Mapping[str, Any] | None = None) -> ParallelRun:
+                 example_kwargs: Mapping[str, Any] | None = None, devices: str | None = None) -> ParallelRun:
     """Run ``steps`` training steps of ``model`` as ``parallelism`` says (module docstring) on ``t x S x d``
-    local workers.
+    local workers, CUDA devices, or the ranks of a torchrun world (each rank gets the whole result).
 
     Args:
         model: an ``nn.Module`` (pickled to the workers: its class must be importable).
@@ -115,12 +119,15 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
         loss_fn: ``loss_fn(output, target)`` per micro-batch (default: the sum of the output); ``targets``, cut as
             the inputs. ``optimizer``: ``optimizer(parameters)``, a lambda or a closure allowed (default: no
             update). Both travel by cloudpickle.
+        devices: ``None`` (CPU: local gloo workers, or gloo under torchrun) or ``"cuda"`` (nccl, a CUDA device a
+            rank).
 
     Raises:
         ValueError: a pipeline of a model other than a known decoder (run it with ``run_pipeline``) or of more
-            chunks than layers, sequence parallelism on a model not named as a Llama, a batch that
+            chunks than layers, sequence parallelism on a model not named as a Llama or a GPT-2, a batch that
             ``d x microbatches`` does not divide, a module tensor parallelism cannot split, more workers than the
-            machine runs.
+            machine runs, ``devices`` other than None or ``"cuda"``, fewer CUDA devices than ranks, a torchrun
+            world of another size than ``t x S x d``.
         RuntimeError: a rank failed (its error) or died.
     """
     if not isinstance(parallelism, Parallelism):
@@ -150,18 +157,48 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
             probe = copy.deepcopy(model)
             linear_layers(probe, p.tensor)
         check_splits(probe, sequence_plan(probe) if p.sequence_parallel else tensor_plan(probe), p.tensor)
-    check_local_workers(p.devices)
+    if devices not in (None, "cuda"):
+        raise ValueError(f"devices must be None (CPU) or 'cuda', got {devices!r}")
+    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if torchrun and int(os.environ["WORLD_SIZE"]) != p.devices:
+        raise ValueError(f"torchrun started {os.environ['WORLD_SIZE']} processes; the plan has {p.devices} ranks "
+                         f"({p.tensor} tensor x {p.pipeline} pipeline x {p.data} data)")
+    if devices == "cuda" and not torchrun and torch.cuda.device_count() < p.devices:
+        raise ValueError(f"the plan has {p.devices} ranks, a CUDA device each; this machine has "
+                         f"{torch.cuda.device_count()} CUDA device(s)")
+    if devices is None and not torchrun:
+        check_local_workers(p.devices)
     buffer = io.BytesIO()
     torch.save(model, buffer)
     job = _Job(buffer.getvalue(), args, kwargs, targets, p, steps, portable("loss_fn", loss_fn),
-               portable("optimizer", optimizer))
-    reports = run_on_local_workers(p.devices, run_rank, job)
+               portable("optimizer", optimizer), devices or "cpu")
+    backend = "nccl" if devices == "cuda" else "gloo"
+    if torchrun:
+        reports = _under_torchrun(job, backend)
+    else:
+        reports = run_on_local_workers(p.devices, run_rank, job, backend=backend)
     steps_of = np.max([r["steps"] for r in reports], axis=0).tolist()
     losses = np.mean([r["losses"] for r in reports if r["last"]], axis=0).tolist()
     merged: dict[str, np.ndarray] = {}
     for report in reports:
         merged.update(report["parameters"])
     return ParallelRun(steps_of, losses, [r["held"] for r in reports], merged)
+
+
+def _under_torchrun(job: _Job, backend: str) -> list[dict]:
+    """This process as rank ``RANK`` of a torchrun world (its process group made here unless the caller made one);
+    every rank's report, gathered on every rank."""
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group(backend)
+    try:
+        world, rank = dist.get_world_size(), dist.get_rank()
+        reports: list[Any] = [None] * world
+        dist.all_gather_object(reports, run_rank(rank, world, job))
+    finally:
+        if started:
+            dist.destroy_process_group()
+    return reports
 
 
 def _tied_groups(shared: Mapping[str, tuple[int, ...]], modules: Sequence[torch.nn.Module], rank: int,
@@ -183,8 +220,11 @@ def _tied_groups(shared: Mapping[str, tuple[int, ...]], modules: Sequence[torch.
     return mine
 
 
-def _share(value: Any, index: int, parts: int) -> Any:
-    return value.chunk(parts)[index] if isinstance(value, torch.Tensor) and value.dim() > 0 else value
+def _share(value: Any, index: int, parts: int, device: torch.device | None = None) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return value
+    part = value.chunk(parts)[index] if value.dim() > 0 else value
+    return part if device is None else part.to(device)
 
 
 def _local(value: Any) -> Any:
@@ -196,11 +236,15 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
     rank ``s``, replica ``r`` and tensor rank ``rank mod t`` of the ``(pp, dp, tp)`` mesh, holding chunks ``s``,
     ``s + S``, ... of the model."""
     p = job.parallelism
-    model = torch.load(io.BytesIO(job.model), weights_only=False)
+    device = torch.device("cpu")
+    if job.device == "cuda":  # torchrun's LOCAL_RANK on a node of several; rank r on cuda:r for local workers
+        device = torch.device(f"cuda:{os.environ.get('LOCAL_RANK', rank)}")
+        torch.cuda.set_device(device)
+    model = torch.load(io.BytesIO(job.model), weights_only=False).to(device)
     layout = linear_layers(model, p.tensor) if p.tensor > 1 else {}  # GPT-2's Conv1D layers, made splittable
     chunks = p.chunks if p.pipeline > 1 else 1
     shared = shared_parameters(model, chunks) if chunks > 1 else {}
-    mesh = init_device_mesh("cpu", (p.pipeline, p.data, p.tensor), mesh_dim_names=("pp", "dp", "tp"))
+    mesh = init_device_mesh(job.device, (p.pipeline, p.data, p.tensor), mesh_dim_names=("pp", "dp", "tp"))
     s, replica = rank // (p.data * p.tensor), (rank // p.tensor) % p.data
     first, last = s == 0, s == p.pipeline - 1
     modules: list[torch.nn.Module] = [model]
@@ -234,13 +278,13 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
         else:
             optimizer = factory(parameters)
     loss_fn = cloudpickle.loads(job.loss_fn) if job.loss_fn is not None else sum_of_outputs
-    args = [_share(a, replica, p.data) for a in job.args]
-    kwargs = {k: _share(v, replica, p.data) for k, v in job.kwargs.items()}
-    targets = _share(job.targets, replica, p.data)
+    args = [_share(a, replica, p.data, device) for a in job.args]
+    kwargs = {k: _share(v, replica, p.data, device) for k, v in job.kwargs.items()}
+    targets = _share(job.targets, replica, p.data, device)
     m = p.microbatches
     schedule = None
     if chunks > 1:
-        stages = [pipelining.PipelineStage(module, c, chunks, torch.device("cpu"), group=mesh["pp"].get_group())
+        stages = [pipelining.PipelineStage(module, c, chunks, device, group=mesh["pp"].get_group())
                   for module, c in zip(modules, range(s, chunks, p.pipeline), strict=True)]
         kind = getattr(pipelining, str(SCHEDULES[p.schedule].runner))
         several = issubclass(kind, pipelining.schedules.PipelineScheduleMulti)  # interleaved, zero bubble
@@ -284,11 +328,10 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
         if optimizer is not None:
             optimizer.step()
             optimizer.zero_grad()
-            for module in modules:
-                module.zero_grad()
-        else:
-            for module in modules:
-                module.zero_grad()
+        for module in modules:
+            module.zero_grad()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
         losses.append(total)
     held = float(sum(_local(q).numel() * q.element_size() for q in {id(q): q for m_ in modules
@@ -297,7 +340,7 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
     for module in modules:
         name = module.model_name if isinstance(module, DecoderStage) else (lambda n: n)
         for n, q in module.named_parameters():  # every rank gathers (a collective), replica 0's reports
-            value = (q.full_tensor() if isinstance(q, DTensor) else q).detach().float().numpy().copy()
+            value = (q.full_tensor() if isinstance(q, DTensor) else q).detach().float().cpu().numpy().copy()
             whole[name(n)] = layout[name(n)](value) if name(n) in layout else value  # in the model's own layout
     keep = replica == 0 and rank % p.tensor == 0
     return {"steps": times, "losses": losses, "held": held, "parameters": whole if keep else {}, "last": last}

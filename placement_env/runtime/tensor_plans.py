@@ -1,6 +1,6 @@
 """Tensor-parallel plans of a model, as ``torch.distributed.tensor.parallel.parallelize_module`` takes them:
 :func:`tensor_plan` (the model's own ``base_model_tp_plan``, or one derived from module names), :func:`sequence_plan`
-(with Megatron-LM's sequence parallelism, for transformers' Llama family and a pipeline stage of one), and
+(with Megatron-LM's sequence parallelism, for transformers' Llama family and GPT-2 and a pipeline stage of one), and
 :func:`check_splits` (what ``t`` ranks cannot divide, refused by name before any worker starts)."""
 
 from __future__ import annotations
@@ -11,7 +11,13 @@ from typing import Any
 
 import torch
 from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    PrepareModuleOutput,
+    RowwiseParallel,
+    SequenceParallel,
+)
 
 from .fused_layers import FUSED
 
@@ -25,6 +31,9 @@ UNSPLITTABLE = {FUSED: "holds the queries, keys and values in one matrix: a colu
 SEQUENCE_NAMES = ("embed_tokens", "input_layernorm", "post_attention_layernorm", "self_attn", "mlp", "norm", "lm_head")
 """The module names of a decoder (transformers' Llama family) whose sequence-parallel plan the runner builds."""
 
+GPT2_SEQUENCE_NAMES = ("drop", "ln_1", "attn", "ln_2", "mlp", "ln_f", "lm_head")
+"""The same for GPT-2 (transformers' ``GPT2LMHeadModel``: learned positions added before the sequence is split)."""
+
 
 def sequence_plan(model: torch.nn.Module) -> dict[str, Any]:
     """The tensor plan of :func:`tensor_plan` with the norms split along the sequence (Megatron-LM's sequence
@@ -32,35 +41,58 @@ def sequence_plan(model: torch.nn.Module) -> dict[str, Any]:
     leave the sequence sharded (``Shard(1)``), the norms run on their shard (``SequenceParallel``), the attention
     and the FFN gather it back (``PrepareModuleInput``), the output layer gathers the logits.
 
-    ``model`` is a whole decoder of transformers' Llama family (:data:`SEQUENCE_NAMES`) or a pipeline stage of one
-    (:class:`~placement_env.runtime.decoder_stages.DecoderStage`: its embedding ``embed``, on the first stage only;
-    ``lm_head`` on the last only); a whole model needs both. ``ValueError`` naming what is missing otherwise."""
+    ``model`` is a whole decoder of transformers' Llama family (:data:`SEQUENCE_NAMES`) or GPT-2
+    (:data:`GPT2_SEQUENCE_NAMES`), or a pipeline stage of one
+    (:class:`~placement_env.runtime.decoder_stages.DecoderStage`: its embedding ``embed`` and GPT-2's ``dropout``,
+    on the first stage only; ``lm_head`` on the last only); a whole model needs both ends. GPT-2's token and
+    position embeddings stay whole (its output layer is tied to the token embedding): the sum leaves the dropout
+    after them as its shard of the sequence, and the output layer, whole too, takes the gathered sequence.
+    ``ValueError`` naming what is missing otherwise."""
     modules = dict(model.named_modules())
     plan = tensor_plan(model)
-    norms = [name for name in modules if name.endswith(".input_layernorm")]
     stage = type(model).__name__ == "DecoderStage"
-    missing = [] if stage else [n for n in ("embed_tokens", "lm_head") if not any(m.endswith(n) for m in modules)]
-    if not norms or missing:
+    llama = [name for name in modules if name.endswith(".input_layernorm")]
+    gpt2 = [name for name in modules if name.endswith(".ln_1")]
+    ends = ("embed_tokens", "lm_head") if llama or not gpt2 else ("drop", "lm_head")
+    missing = [] if stage else [n for n in ends if not any(m.endswith(n) for m in modules)]
+    if not (llama or gpt2) or missing:
         raise ValueError(f"sequence parallelism needs a decoder named as transformers' Llama family "
-                         f"({', '.join(SEQUENCE_NAMES)}); model {type(model).__name__} lacks "
-                         f"{missing[0] if missing else 'input_layernorm'}")
-    prefix = norms[0][:norms[0].rindex("layers.")]  # "model." in a whole Llama, "" in a stage
-    embedding = next((m for m in modules if m.endswith("embed_tokens") or (stage and m == "embed")), None)
-    if embedding is not None:
-        plan[embedding] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False)
-    if prefix + "norm" in modules:
-        plan[prefix + "norm"] = SequenceParallel()
+                         f"({', '.join(SEQUENCE_NAMES)}) or GPT-2 ({', '.join(GPT2_SEQUENCE_NAMES)}); model "
+                         f"{type(model).__name__} lacks {missing[0] if missing else 'input_layernorm'}")
     head = next((m for m in modules if m.endswith("lm_head")), None)
-    if head is not None:
-        plan[head] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
-    for norm in norms:
-        block = norm.rsplit(".", 1)[0]
-        plan[norm] = SequenceParallel()
-        plan[f"{block}.post_attention_layernorm"] = SequenceParallel()
-        plan[f"{block}.self_attn"] = PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
-                                                        desired_input_kwarg_layouts={"hidden_states": Replicate()})
+    if llama:
+        prefix = llama[0][:llama[0].rindex("layers.")]  # "model." in a whole Llama, "" in a stage
+        embedding = next((m for m in modules if m.endswith("embed_tokens") or (stage and m == "embed")), None)
+        if embedding is not None:
+            plan[embedding] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
+                                              use_local_output=False)
+        final = prefix + "norm"
+        if head is not None:
+            plan[head] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
+        blocks = [(norm.rsplit(".", 1)[0], "input_layernorm", "post_attention_layernorm", "self_attn", "o_proj",
+                   "down_proj") for norm in llama]
+    else:
+        dropout = next((m for m in modules if m.endswith(".drop") or m == "drop" or (stage and m == "dropout")),
+                       None)
+        if dropout is not None:
+            plan[dropout] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1),
+                                                use_local_output=False)
+        final = "norm" if stage else gpt2[0][:gpt2[0].rindex("h.")] + "ln_f"  # "transformer.ln_f" when whole
+        if head is not None:
+            plan[head] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+                                            use_local_output=True)
+        blocks = [(norm.rsplit(".", 1)[0], "ln_1", "ln_2", "attn", "c_proj", "c_proj") for norm in gpt2]
+    if final in modules:
+        plan[final] = SequenceParallel()
+    for block, first_norm, second_norm, attention, attention_out, mlp_out in blocks:
+        plan[f"{block}.{first_norm}"] = SequenceParallel()
+        plan[f"{block}.{second_norm}"] = SequenceParallel()
+        plan[f"{block}.{attention}"] = (
+            PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                               desired_input_kwarg_layouts={"hidden_states": Replicate()}) if llama else
+            PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)))
         plan[f"{block}.mlp"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
-        for name in (f"{block}.self_attn.o_proj", f"{block}.mlp.down_proj"):
+        for name in (f"{block}.{attention}.{attention_out}", f"{block}.mlp.{mlp_out}"):
             plan[name] = RowwiseParallel(output_layouts=Shard(1), use_local_output=False)
     return plan
 
@@ -124,5 +156,5 @@ def check_splits(model: torch.nn.Module, plan: Mapping[str, Any], tensor: int) -
                              f"{'outputs' if isinstance(style, ColwiseParallel) else 'inputs'}")
 
 
-__all__ = ["COLUMN_NAMES", "ROW_NAMES", "SEQUENCE_NAMES", "UNSPLITTABLE", "check_splits", "sequence_plan",
-           "tensor_plan"]
+__all__ = ["COLUMN_NAMES", "GPT2_SEQUENCE_NAMES", "ROW_NAMES", "SEQUENCE_NAMES", "UNSPLITTABLE", "check_splits",
+           "sequence_plan", "tensor_plan"]
