@@ -58,6 +58,7 @@ from placement_env.sim.pipeline import Step
 
 PLACERS = ("deepspeed-uniform", "deepspeed-parameters", "split", "anneal")
 STEPS = [(m, s) for m in (4, 8) for s in ("gpipe", "1f1b")]
+CALIBRATION_ATTEMPTS = 4  # calibrate_model refuses measurements a busy machine spread; each refusal is printed
 
 
 def measured_local_cluster() -> Any:
@@ -111,8 +112,17 @@ def main() -> None:
                                           name=name, colocate_modules=depth) for _ in range(args.rounds)])
         if args.calibrate_per_model:
             two = placers["deepspeed-uniform"](graph, cluster, 0, step=Step(2, "gpipe"))
-            overheads = calibrate_model(model, inputs, kwargs, graph, two, cluster, rounds=args.rounds,
-                                        steps=args.steps)
+            for attempt in range(1, CALIBRATION_ATTEMPTS + 1):  # as its refusal says: again, once it is quiet
+                try:
+                    overheads = calibrate_model(model, inputs, kwargs, graph, two, cluster, rounds=args.rounds,
+                                                steps=args.steps)
+                    break
+                except ValueError as refused:
+                    print(f"{name:6s} calibration attempt {attempt} of {CALIBRATION_ATTEMPTS} refused: {refused}",
+                          flush=True)
+                    if attempt == CALIBRATION_ATTEMPTS:
+                        raise
+                    time.sleep(30)
             print(f"{name:6s} pipeline runtime, calibrated on the model: {describe(overheads)}", flush=True)
         plans: dict[tuple, dict] = {}  # (placement, m, schedule) -> the cell
         for m, schedule in STEPS:
