@@ -71,6 +71,21 @@ def measured_local_cluster() -> Any:
     return cluster
 
 
+def calibrated_on_model(name: str, model: Any, inputs: tuple, kwargs: dict, graph: Any, placement: np.ndarray,
+                        cluster: Any, rounds: int, steps: int) -> RuntimeOverheads:
+    """``calibrate_model`` on ``placement``, tried again (after 30 s) when it refuses measurements a busy machine
+    spread, as its refusal says, up to :data:`CALIBRATION_ATTEMPTS` times; each refusal printed."""
+    for attempt in range(1, CALIBRATION_ATTEMPTS + 1):
+        try:
+            return calibrate_model(model, inputs, kwargs, graph, placement, cluster, rounds=rounds, steps=steps)
+        except ValueError as refused:
+            print(f"{name:6s} calibration attempt {attempt} of {CALIBRATION_ATTEMPTS} refused: {refused}", flush=True)
+            if attempt == CALIBRATION_ATTEMPTS:
+                raise
+            time.sleep(30)
+    raise AssertionError("unreachable")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -112,17 +127,8 @@ def main() -> None:
                                           name=name, colocate_modules=depth) for _ in range(args.rounds)])
         if args.calibrate_per_model:
             two = placers["deepspeed-uniform"](graph, cluster, 0, step=Step(2, "gpipe"))
-            for attempt in range(1, CALIBRATION_ATTEMPTS + 1):  # as its refusal says: again, once it is quiet
-                try:
-                    overheads = calibrate_model(model, inputs, kwargs, graph, two, cluster, rounds=args.rounds,
-                                                steps=args.steps)
-                    break
-                except ValueError as refused:
-                    print(f"{name:6s} calibration attempt {attempt} of {CALIBRATION_ATTEMPTS} refused: {refused}",
-                          flush=True)
-                    if attempt == CALIBRATION_ATTEMPTS:
-                        raise
-                    time.sleep(30)
+            overheads = calibrated_on_model(name, model, inputs, kwargs, graph, two, cluster, args.rounds,
+                                            args.steps)
             print(f"{name:6s} pipeline runtime, calibrated on the model: {describe(overheads)}", flush=True)
         plans: dict[tuple, dict] = {}  # (placement, m, schedule) -> the cell
         for m, schedule in STEPS:
