@@ -116,7 +116,7 @@ def _start_within_memory(graph: ComputationGraph, cluster: Cluster) -> np.ndarra
 def environment_starts() -> StartPlacers:
     """The placers the environments may start episodes from: :data:`PLACERS` by name, and :func:`feasible_start`
     when everything on one device runs out of memory. Found by the environments through the entry point
-    ``baselines`` of the group ``placement_env.start_placers`` (``pyproject.toml``;
+    ``baselines`` of the group :data:`~placement_env.envs.starts.START_PLACERS_GROUP` (``pyproject.toml``;
     :mod:`placement_env.envs.starts`)."""
     return StartPlacers(placers=PLACERS, within_memory=_start_within_memory)
 
