@@ -140,6 +140,24 @@ def test_a_script_without_a_main_guard_is_told_what_to_add(tmp_path):
     assert done.returncode == 0 and done.stdout.strip() == "[0, 1]", done.stderr
 
 
+
+def test_a_guarded_script_edited_while_it_runs_is_not_refused(tmp_path):
+    # the file on disk no longer matches the running code (its lines moved): the guard check claims nothing
+    script = tmp_path / "edited.py"
+    script.write_text("import pathlib\n"
+                      "from placement_env.runtime.local_workers import check_main_guard\n"
+                      "if __name__ == '__main__':\n"
+                      "    pathlib.Path(__file__).write_text('x = 1\\n' * 12)\n"
+                      "    check_main_guard()\n"
+                      "    print('not refused')\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "not refused", run.stderr
+    unguarded = tmp_path / "unguarded_comment.py"  # an unchanged unguarded script is still refused
+    unguarded.write_text("# a comment\nfrom placement_env.runtime.local_workers import check_main_guard\n"
+                         "check_main_guard()\n")
+    run = subprocess.run([sys.executable, str(unguarded)], capture_output=True, text=True, check=False, timeout=120)
+    assert run.returncode != 0 and "(line 3)" in run.stderr
+
 # ------------------------------------------------------------------------------ calibration
 
 def test_a_calibration_that_must_avoid_every_placement_is_refused_not_looped():

@@ -23,6 +23,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 from placement_env.checks import first_line
@@ -105,7 +106,7 @@ def check_main_guard() -> None:
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_globals is vars(main) and frame.f_code.co_name == "<module>" \
-                and not _under_main_guard(getattr(main, "__file__", None), frame.f_lineno):
+                and not _under_main_guard(getattr(main, "__file__", None), frame.f_lineno, frame.f_code):
             where = getattr(main, "__file__", None) or main.__spec__.name  # type: ignore[union-attr]
             raise ValueError(f"local workers are started from the top level of {where} (line {frame.f_lineno}): "
                              "each worker imports that script again and would start workers of its own. Put the "
@@ -113,11 +114,17 @@ def check_main_guard() -> None:
         frame = frame.f_back  # type: ignore[assignment]
 
 
-def _under_main_guard(path: str | None, line: int) -> bool:
+def _under_main_guard(path: str | None, line: int, running: CodeType | None = None) -> bool:
     """Whether ``line`` of the script ``path`` lies in an ``if __name__ == "__main__":`` block (True when the
-    script cannot be read: then nothing is claimed)."""
+    script cannot be read, or when ``running``, the code of the script as it runs, is not what the file on disk
+    compiles to now: an edit since it started moved its lines, so nothing is claimed)."""
     try:
-        tree = ast.parse(Path(path).read_text()) if path else None
+        source = Path(path).read_text() if path else None
+        tree = ast.parse(source) if source is not None else None
+        if tree is not None and running is not None:
+            now = compile(tree, path or "<main>", "exec", dont_inherit=True)
+            if now.co_code != running.co_code or list(now.co_lines()) != list(running.co_lines()):
+                return True
     except (OSError, SyntaxError, ValueError):
         return True
     if tree is None:
