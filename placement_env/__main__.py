@@ -109,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the last stage's loss per micro-batch: causal-lm (next-token cross-entropy against the "
                           "input ids shifted), sum (the sum of the outputs: gradients flow, nothing is learnt); "
                           "auto (default): causal-lm for a transformers causal LM given input_ids, else sum")
+    run.add_argument("--cuda", action="store_true",
+                     help="a plan at scale: a CUDA device a rank (nccl; under torchrun cuda:LOCAL_RANK) rather than "
+                          "CPU workers over gloo")
+    run.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32",
+                     help="a plan at scale: fp32 (default: the model as it is) or bf16-mixed (forward and loss under "
+                          "bf16 autocast, fp32 parameters, gradients and optimizer states)")
     run.add_argument("--out", metavar="FILE", help="also write the measurements as JSON there")
     planning = sub.add_parser("plan", help="plan a hybrid pipeline (stages x replicas x micro-batches x schedule x "
                                            "recomputation x layer split) for a graph with module names")
@@ -264,6 +270,9 @@ def run_plan(args: argparse.Namespace) -> int:
         raise ValueError(f"--sgd must be a finite learning rate >= 0, got {args.sgd}")
     data = read_json_file(args.plan)
     at_scale = isinstance(data, dict) and data.get("format") == SCALE_PLAN_FORMAT
+    if not at_scale and (args.cuda or args.precision != "fp32"):
+        raise ValueError(f"--cuda and --precision apply to a plan at scale (python -m placement_env plan --shape ... "
+                         f"--out); {args.plan} is a pipeline plan")
     plan = None if at_scale else PipelinePlan.from_dict(data, source=args.plan)
     parallelism = scale_plan_parallelism(data, args.plan) if at_scale else None
     model, inputs, kwargs = model_from_factory(args.model)
@@ -309,19 +318,23 @@ def _run_at_scale(args: argparse.Namespace, model: Any, inputs: tuple, kwargs: d
 
     try:
         result = run_parallel(model, inputs, parallelism, steps=args.steps, example_kwargs=kwargs,
-                              optimizer=optimizer, loss_fn=loss_fn, targets=targets)
+                              optimizer=optimizer, loss_fn=loss_fn, targets=targets,
+                              devices="cuda" if args.cuda else None, precision=args.precision)
     except RuntimeError as error:  # a rank failed or died: its first line says which and why
         raise ValueError(first_line(error)) from None
-    ranks = "local workers"
+    ranks = "CUDA devices" if args.cuda else "local workers"
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # run_parallel ran this process as one rank
         ranks = f"torchrun (rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']})"
     print(f"plan {args.plan}: {parallelism.describe()}; {args.steps} steps on {ranks}; loss {loss}")
     print(f"step         {result.seconds * 1e3:.3f} ms (median)")
     print(f"losses       {', '.join(f'{x:.6g}' for x in result.losses)}")
     print(f"held         {', '.join(f'{b / 2**20:.2f}' for b in result.held_bytes)} MiB of parameters a rank")
+    if result.peak_bytes is not None:
+        print(f"peak         {', '.join(f'{b / 2**30:.2f}' for b in result.peak_bytes)} GiB allocated a rank (CUDA)")
     if args.out and os.environ.get("RANK", "0") == "0":  # under torchrun every rank has the result: one writes
         write_text_atomically(args.out, json.dumps({"steps": result.steps, "losses": result.losses,
-                                                    "held_bytes": result.held_bytes}, indent=1) + "\n")
+                                                    "held_bytes": result.held_bytes, "peak_bytes": result.peak_bytes,
+                                                    "precision": args.precision}, indent=1) + "\n")
     return 0
 
 

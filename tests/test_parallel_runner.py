@@ -51,11 +51,13 @@ def adamw(parameters):
     return torch.optim.AdamW(parameters, lr=1e-3, eps=1e-6)
 
 
-def whole_step(model, ids, replicas, microbatches):
-    """The same AdamW step run whole: the mean over replicas and micro-batches of each share's loss."""
+def whole_step(model, ids, replicas, microbatches, mixed=False):
+    """The same AdamW step run whole: the mean over replicas and micro-batches of each share's loss (``mixed``: each
+    forward and loss under bf16 autocast, the backward outside it)."""
     reference = copy.deepcopy(model)
     shares = [part for replica in ids.chunk(replicas) for part in replica.chunk(microbatches)]
-    losses = [causal_lm_loss(reference(input_ids=x), x) for x in shares]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+        losses = [causal_lm_loss(reference(input_ids=x), x) for x in shares]
     torch.stack(losses).mean().backward()
     adamw(reference.parameters()).step()
     return reference, float(torch.stack(losses).mean().detach())
@@ -163,13 +165,25 @@ def test_a_plan_at_scale_runs_from_the_command_line(tmp_path):
                            "--sequence-parallel", "off", "--recompute", "none", "--out", str(plan)],
                           capture_output=True, text=True, cwd=root, check=False)
     assert made.returncode == 0, made.stderr
+    out = tmp_path / "run.json"
     ran = subprocess.run([sys.executable, "-m", "placement_env", "run", "--plan", str(plan), "--model",
-                          "tests.test_parallel_runner:tiny_llama_batch", "--steps", "2", "--sgd", "0.1"],
+                          "tests.test_parallel_runner:tiny_llama_batch", "--steps", "2", "--sgd", "0.1",
+                          "--precision", "bf16-mixed", "--out", str(out)],
                          capture_output=True, text=True, cwd=root, check=False)
     assert ran.returncode == 0, ran.stderr
     assert "t2 x p1 x d2" in ran.stdout and "ZeRO-2" in ran.stdout and "loss causal-lm" in ran.stdout
     losses = [float(x) for x in ran.stdout.split("losses")[1].splitlines()[0].split(",")]
     assert len(losses) == 2 and losses[1] < losses[0] < 5.5  # cross-entropy about ln 64, learning
+    written = json.loads(out.read_text())
+    assert written["precision"] == "bf16-mixed" and written["losses"] == pytest.approx(losses, rel=1e-4)
+    assert written["peak_bytes"] is None  # no CUDA allocator to read on CPU
+    pipeline_plan = tmp_path / "pipeline.json"
+    pipeline_plan.write_text(json.dumps({"format": "placement_env.pipeline_plan/1"}))
+    refused = subprocess.run([sys.executable, "-m", "placement_env", "run", "--plan", str(pipeline_plan), "--model",
+                              "tests.test_parallel_runner:tiny_llama_batch", "--cuda"],
+                             capture_output=True, text=True, cwd=root, check=False)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --cuda and --precision apply to a plan at "
+                                                                 "scale"), refused.stderr
 
 
 def test_under_torchrun_each_rank_runs_its_part_of_a_plan_at_scale_from_the_command_line(tmp_path):
@@ -228,6 +242,28 @@ def test_a_3d_adamw_step_is_the_whole_one(family, pipeline, tensor, data, zero, 
     run = assert_the_whole_step(model, ids, p)
     whole = sum(q.numel() * q.element_size() for q in model.parameters())
     assert max(run.held_bytes) < whole  # each rank holds a stage (and its share of it)
+
+
+@pytest.mark.parametrize("pipeline", [1, 2])
+def test_a_mixed_precision_step_is_the_whole_autocast_one(pipeline):
+    """``precision="bf16-mixed"``: the forward and the loss under bf16 autocast (its loss is not fp32's), the
+    parameters and the optimizer's states fp32; one AdamW step, whole or as a GPipe of two stages, within 1e-5 of
+    the same step run whole under autocast."""
+    model = tiny_llama(layers=2)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQUENCE), generator=torch.Generator().manual_seed(1))
+    p = Parallelism(pipeline=pipeline, microbatches=2, schedule="gpipe")
+    run = run_parallel(model, (), p, example_kwargs={"input_ids": ids}, targets=ids, loss_fn=causal_lm_loss,
+                       optimizer=adamw, precision="bf16-mixed")
+    reference, loss = whole_step(model, ids, 1, 2, mixed=True)
+    _, fp32_loss = whole_step(model, ids, 1, 2)
+    assert run.losses[0] == pytest.approx(loss, rel=1e-5) and abs(loss / fp32_loss - 1) > 1e-5
+    expected = dict(reference.named_parameters())
+    for name, value in run.parameters.items():
+        np.testing.assert_allclose(value, expected[name].detach().numpy(), atol=1e-5, err_msg=name)
+    whole = sum(q.numel() * 4 for q in model.parameters())  # fp32 parameters, whatever the autocast computes in
+    assert sum(run.held_bytes) >= whole and run.peak_bytes is None  # no CUDA allocator to read on CPU
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16-mixed; got 'fp16'"):
+        run_parallel(model, (), p, example_kwargs={"input_ids": ids}, precision="fp16")
 
 
 def test_recomputation_keeps_less_for_the_backward_and_ends_the_same_step():

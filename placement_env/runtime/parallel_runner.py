@@ -32,8 +32,13 @@ on ``cuda:LOCAL_RANK`` with ``devices="cuda"``). Its ranks: tensor ranks neighbo
 * recomputation (``full`` or ``selective``) by ``torch.utils.checkpoint`` on each layer
   (:func:`~placement_env.runtime.recomputation.recompute_layers`), after tensor parallelism and before FSDP.
 
+* ``precision="bf16-mixed"``: each forward and its loss under ``torch.autocast`` in bf16 (the matrix products in
+  bf16), the parameters, their gradients and the optimizer's states staying fp32, as mixed-precision training
+  keeps them (16 bytes a parameter with Adam); ``"fp32"`` (the default) runs as the model is.
+
 What it reports (:class:`ParallelRun`): each step's seconds (the slowest rank's, from a barrier), the losses, each
-rank's parameter bytes held (what the sharding leaves it), and the parameters after the steps, whole, by name.
+rank's parameter bytes held (what the sharding leaves it), on CUDA each rank's peak of allocated bytes
+(``torch.cuda.max_memory_allocated``), and the parameters after the steps, whole, by name.
 With ``sequence_parallel``, the norms of a Llama-family or GPT-2 decoder run on their shard of the sequence
 (:func:`~placement_env.runtime.tensor_plans.sequence_plan`). Not run here, each refused by name: a pipeline of
 another model (run it with :func:`~placement_env.runtime.pipeline_runner.run_pipeline`), sequence parallelism on a
@@ -42,6 +47,7 @@ model not named as a Llama or a GPT-2.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import io
@@ -77,13 +83,15 @@ from .tensor_plans import check_splits, sequence_plan, tensor_plan
 @dataclass(frozen=True)
 class ParallelRun:
     """What :func:`run_parallel` measured: ``steps`` (seconds each, the slowest rank's), ``seconds`` (their median),
-    ``losses`` (each step's mean over the replicas), ``held_bytes`` (per rank, the parameter bytes it holds) and
-    ``parameters`` (whole, by name, after the steps)."""
+    ``losses`` (each step's mean over the replicas), ``held_bytes`` (per rank, the parameter bytes it holds),
+    ``parameters`` (whole, by name, after the steps) and ``peak_bytes`` (per rank, the most bytes the CUDA
+    allocator held at once; None on CPU, where it is not measured)."""
 
     steps: list[float]
     losses: list[float]
     held_bytes: list[float]
     parameters: dict[str, np.ndarray]
+    peak_bytes: list[float] | None = None
 
     @property
     def seconds(self) -> float:
@@ -101,12 +109,18 @@ class _Job:
     loss_fn: bytes | None
     optimizer: bytes | None
     device: str = "cpu"  # "cpu" or "cuda"
+    precision: str = "fp32"  # or "bf16-mixed"
+
+
+PRECISIONS = ("fp32", "bf16-mixed")
+"""What ``run_parallel(precision=)`` takes: the model as it is, or bf16 autocast over fp32 states."""
 
 
 def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, parallelism: Parallelism, *,
                  steps: int = 1, loss_fn: Callable[[Any, Any], Any] | None = None, targets: Any = None,
                  optimizer: Callable[[list], Any] | None = None,
-                 example_kwargs: Mapping[str, Any] | None = None, devices: str | None = None) -> ParallelRun:
+                 example_kwargs: Mapping[str, Any] | None = None, devices: str | None = None,
+                 precision: str = "fp32") -> ParallelRun:
     """Run ``steps`` training steps of ``model`` as ``parallelism`` says (module docstring) on ``t x S x d``
     local workers, CUDA devices, or the ranks of a torchrun world (each rank gets the whole result).
 
@@ -121,13 +135,15 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
             update). Both travel by cloudpickle.
         devices: ``None`` (CPU: local gloo workers, or gloo under torchrun) or ``"cuda"`` (nccl, a CUDA device a
             rank).
+        precision: ``"fp32"`` (the model as it is) or ``"bf16-mixed"`` (forward and loss under bf16 autocast,
+            fp32 parameters, gradients and optimizer states).
 
     Raises:
         ValueError: a pipeline of a model other than a known decoder (run it with ``run_pipeline``) or of more
             chunks than layers, sequence parallelism on a model not named as a Llama or a GPT-2, a batch that
             ``d x microbatches`` does not divide, a module tensor parallelism cannot split, more workers than the
-            machine runs, ``devices`` other than None or ``"cuda"``, fewer CUDA devices than ranks, a torchrun
-            world of another size than ``t x S x d``.
+            machine runs, ``devices`` other than None or ``"cuda"``, a ``precision`` not in :data:`PRECISIONS`,
+            fewer CUDA devices than ranks, a torchrun world of another size than ``t x S x d``.
         RuntimeError: a rank failed (its error) or died.
     """
     if not isinstance(parallelism, Parallelism):
@@ -159,6 +175,8 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
         check_splits(probe, sequence_plan(probe) if p.sequence_parallel else tensor_plan(probe), p.tensor)
     if devices not in (None, "cuda"):
         raise ValueError(f"devices must be None (CPU) or 'cuda', got {devices!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if torchrun and int(os.environ["WORLD_SIZE"]) != p.devices:
         raise ValueError(f"torchrun started {os.environ['WORLD_SIZE']} processes; the plan has {p.devices} ranks "
@@ -171,7 +189,7 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
     buffer = io.BytesIO()
     torch.save(model, buffer)
     job = _Job(buffer.getvalue(), args, kwargs, targets, p, steps, portable("loss_fn", loss_fn),
-               portable("optimizer", optimizer), devices or "cpu")
+               portable("optimizer", optimizer), devices or "cpu", precision)
     backend = "nccl" if devices == "cuda" else "gloo"
     if torchrun:
         reports = _under_torchrun(job, backend)
@@ -182,7 +200,9 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
     merged: dict[str, np.ndarray] = {}
     for report in reports:
         merged.update(report["parameters"])
-    return ParallelRun(steps_of, losses, [r["held"] for r in reports], merged)
+    peaks = [r["peak"] for r in reports]
+    return ParallelRun(steps_of, losses, [r["held"] for r in reports], merged,
+                       None if any(x is None for x in peaks) else [float(x) for x in peaks])
 
 
 def _under_torchrun(job: _Job, backend: str) -> list[dict]:
@@ -289,6 +309,14 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
         kind = getattr(pipelining, str(SCHEDULES[p.schedule].runner))
         several = issubclass(kind, pipelining.schedules.PipelineScheduleMulti)  # interleaved, zero bubble
         schedule = kind(stages if several else stages[0], m, loss_fn=loss_fn)
+    def autocast() -> contextlib.AbstractContextManager:
+        """The forward's and the loss's context: bf16 autocast for ``bf16-mixed``, else nothing."""
+        if job.precision == "bf16-mixed":
+            return torch.autocast(device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     times, losses = [], []
     for k in range(job.steps):
         heartbeat(f"rank {rank} (stage {s}, replica {replica}, tensor rank {rank % p.tensor}): step {k + 1} of "
@@ -299,19 +327,22 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
         if schedule is not None:  # the pipeline's schedule runs the micro-batches, each loss over m
             per: list[Any] = []
             tokens = kwargs.get("input_ids", args[0] if args else None)
-            if first:
-                schedule.step(tokens, **({"target": targets, "losses": per} if last else {}))
-            elif last:
-                schedule.step(target=targets, losses=per)
-            else:
-                schedule.step()
+            with autocast():  # the schedule runs each backward too: autocast leaves those as they are
+                if first:
+                    schedule.step(tokens, **({"target": targets, "losses": per} if last else {}))
+                elif last:
+                    schedule.step(target=targets, losses=per)
+                else:
+                    schedule.step()
             if last:
                 total = float(torch.stack([x.detach().float() for x in per]).mean())
         else:
             total = 0.0
             for j in range(m):
-                output = model(*[_share(a, j, m) for a in args], **{n: _share(v, j, m) for n, v in kwargs.items()})
-                loss = loss_fn(output, _share(targets, j, m)) / m
+                with autocast():
+                    output = model(*[_share(a, j, m) for a in args],
+                                   **{n: _share(v, j, m) for n, v in kwargs.items()})
+                    loss = loss_fn(output, _share(targets, j, m)) / m
                 loss.backward()
                 total += float(loss.detach().float())
         if p.zero <= 1 and p.data > 1:  # plain replicas: their gradients averaged over the data ranks
@@ -343,7 +374,9 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
             value = (q.full_tensor() if isinstance(q, DTensor) else q).detach().float().cpu().numpy().copy()
             whole[name(n)] = layout[name(n)](value) if name(n) in layout else value  # in the model's own layout
     keep = replica == 0 and rank % p.tensor == 0
-    return {"steps": times, "losses": losses, "held": held, "parameters": whole if keep else {}, "last": last}
+    peak = float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+    return {"steps": times, "losses": losses, "held": held, "parameters": whole if keep else {}, "last": last,
+            "peak": peak}
 
 
-__all__ = ["ParallelRun", "run_parallel", "sequence_plan", "tensor_plan"]
+__all__ = ["PRECISIONS", "ParallelRun", "run_parallel", "sequence_plan", "tensor_plan"]
