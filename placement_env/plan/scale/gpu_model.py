@@ -1,12 +1,12 @@
-"""A GPU model for plans at scale: what a matrix product, an element-wise pass and a collective cost on A100s and
-H100s (:class:`GpuModel`, :data:`GPUS`), and a cluster of them (:class:`GpuCluster`).
+"""A GPU model for plans at scale: what a matrix product, an element-wise pass and a collective cost on A100s,
+H100s and H200s (:class:`GpuModel`, :data:`GPUS`), and a cluster of them (:class:`GpuCluster`).
 
 Each constant is either from a datasheet (peak bf16 throughput, memory bandwidth and size, NVLink and network
 bandwidth) or an efficiency fitted on the development set of published measured runs
 (``../shared/data/published``, ``python benchmarks/published_runs.py --fit``) and nothing else; ``docs/cluster.md``
-lists each with its source. The H100's efficiencies are the A100's (no H100 run in the development set gives
-micro-batches or recomputation, so none is fitted there; its weak-scaling table is a check of the order of
-magnitude only).
+lists each with its source. The H100's and the H200's efficiencies are the A100's (no H100 run in the development
+set gives micro-batches or recomputation, so none is fitted there; its weak-scaling table is a check of the order
+of magnitude only).
 
 Units: seconds, bytes, bytes/s, FLOP/s.
 """
@@ -98,6 +98,8 @@ GPUS: dict[str, GpuModel] = {
     "a100-40gb": GpuModel("a100-40gb", 312e12, 1.555e12, 40 * GIB, 300e9),
     # H100 SXM5 80 GB: 989 TFLOP/s bf16 dense, 3,350 GB/s HBM3, 80 GB, NVLink 4: 900 GB/s both directions
     "h100-80gb": GpuModel("h100-80gb", 989e12, 3.35e12, 80 * GIB, 450e9),
+    # H200 SXM 141 GB: the H100's compute (989 TFLOP/s bf16 dense), 4,800 GB/s HBM3e, 141 GB, NVLink 4
+    "h200-141gb": GpuModel("h200-141gb", 989e12, 4.8e12, 141 * GIB, 450e9),
 }
 """The GPU kinds a plan at scale may name."""
 
