@@ -1,7 +1,8 @@
 """The simulator's pipelined step against pipelines run with torch.distributed.pipelining on 2 local devices.
 
     python benchmarks/pipeline_fidelity.py [--rounds 3] [--max-rounds 8] [--steps 4]
-        [--models gpt2,bert,vit,llama,cnn | opt,mixer,plain-cnn] [--calibrate | --calibrate-per-model]
+        [--models gpt2,bert,vit,llama,cnn | opt,mixer,plain-cnn]
+        [--calibrate | --calibrate-per-model | --calibrate-two-point]
         [--json experiments/pipeline_fidelity/rows.json]
     python benchmarks/pipeline_fidelity.py --summary-of experiments/pipeline_fidelity/per_model_rows.json
 
@@ -30,7 +31,10 @@ overheads (per op call and micro-batch, per message) measured first on a calibra
 (:func:`placement_env.runtime.pipeline_calibration.calibrate_pipeline`), and the summary gives that column's
 error too. With ``--calibrate-per-model`` the column is instead simulated with the overheads measured on each model
 itself (:func:`~placement_env.runtime.pipeline_calibration.calibrate_model`): one-stage runs at m in {1, 2, 4, 8}
-and the ``deepspeed-uniform`` plan at m = 2 under GPipe, none of them a cell of the table.
+and the ``deepspeed-uniform`` plan at m = 2 under GPipe, none of them a cell of the table. With
+``--calibrate-two-point`` the overheads are measured on each model too, the cost per tensor and the cost per step
+fitted together to two runs, at m = 2 and m = 8 under GPipe, of a two-stage cut of the model's layers that no cell's
+placer makes (``unjudged_cut``: the one nearest the middle), so that neither run is a cell.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ from machine import machine_line
 
 from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS, search_placers
 from placement_env import from_torch
+from placement_env.plan.layers import placement_of_layers
+from placement_env.plan.module_tree import layer_sequence
 from placement_env.plan.pipeline_plan import plan_from_placement
 from placement_env.runtime.local_cluster import local_cluster
 from placement_env.runtime.pipeline_calibration import calibrate_model, calibrate_pipeline
@@ -72,18 +78,45 @@ def measured_local_cluster() -> Any:
 
 
 def calibrated_on_model(name: str, model: Any, inputs: tuple, kwargs: dict, graph: Any, placement: np.ndarray,
-                        cluster: Any, rounds: int, steps: int) -> RuntimeOverheads:
-    """``calibrate_model`` on ``placement``, tried again (after 30 s) when it refuses measurements a busy machine
-    spread, as its refusal says, up to :data:`CALIBRATION_ATTEMPTS` times; each refusal printed."""
+                        cluster: Any, rounds: int, steps: int,
+                        microbatches: int | tuple[int, int] = 2) -> RuntimeOverheads:
+    """``calibrate_model`` on ``placement`` at ``microbatches``, tried again (after 30 s) when it refuses
+    measurements a busy machine spread, as its refusal says, up to :data:`CALIBRATION_ATTEMPTS` times; each refusal
+    printed."""
     for attempt in range(1, CALIBRATION_ATTEMPTS + 1):
         try:
-            return calibrate_model(model, inputs, kwargs, graph, placement, cluster, rounds=rounds, steps=steps)
+            return calibrate_model(model, inputs, kwargs, graph, placement, cluster, rounds=rounds, steps=steps,
+                                   microbatches=microbatches)
         except ValueError as refused:
             print(f"{name:6s} calibration attempt {attempt} of {CALIBRATION_ATTEMPTS} refused: {refused}", flush=True)
             if attempt == CALIBRATION_ATTEMPTS:
                 raise
             time.sleep(30)
     raise AssertionError("unreachable")
+
+
+def unjudged_cut(graph: Any, cluster: Any, judged: set[tuple[int, ...]]) -> np.ndarray:
+    """The two-stage cut of the graph's layers (``layer_sequence``, as DeepSpeed lists them) nearest the middle whose
+    placement is no judged cell's (``judged``: the cells' placements) and that makes a plan; ``ValueError`` when
+    every cut is judged or refused."""
+    layers = layer_sequence(graph)
+    middle = len(layers) / 2
+    for k in sorted(range(1, len(layers)), key=lambda k: (abs(k - middle), k)):
+        placement = placement_of_layers(graph, layers, [0, k, len(layers)])
+        if tuple(placement.tolist()) in judged:
+            continue
+        try:
+            plan_from_placement(graph, placement, cluster, microbatches=2, schedule="gpipe")
+        except ValueError:
+            continue
+        return placement
+    raise ValueError(f"every two-stage cut of {graph.name!r}'s {len(layers)} layers is a judged cell's or refused")
+
+
+def describe_cut(graph: Any, placement: np.ndarray) -> str:
+    """Where a two-stage placement's second stage begins, and how many ops each stage holds."""
+    first = next(node.module or node.id for node, device in zip(graph.nodes, placement) if device == 1)
+    return f"stage 1 begins at {first} ({int(np.sum(placement == 0))} / {int(np.sum(placement == 1))} ops)"
 
 
 def main() -> None:
@@ -100,14 +133,17 @@ def main() -> None:
     parser.add_argument("--calibrate", action="store_true",
                         help="also simulate each plan with the pipeline runtime's overheads measured on a "
                              "calibration model of its own (placement_env.runtime.pipeline_calibration)")
+    parser.add_argument("--calibrate-two-point", action="store_true",
+                        help="the overheads measured on each model itself, the cost per tensor and per step fitted "
+                             "to two runs (m = 2 and 8, GPipe) of a two-stage cut no cell's placer makes")
     parser.add_argument("--calibrate-per-model", action="store_true",
                         help="the same with the overheads measured on each model itself, in runs that are no cell "
                              "of the table (calibrate_model)")
     args = parser.parse_args()
     if args.rounds < 1 or args.max_rounds < args.rounds:
         parser.error("--rounds must be at least 1 and --max-rounds at least --rounds")
-    if args.calibrate and args.calibrate_per_model:
-        parser.error("--calibrate and --calibrate-per-model are two designs of one column: give one")
+    if args.calibrate + args.calibrate_per_model + args.calibrate_two_point > 1:
+        parser.error("--calibrate, --calibrate-per-model and --calibrate-two-point are designs of one column: give one")
     if args.summary_of:
         summary_of(args.summary_of)
         return
@@ -125,11 +161,6 @@ def main() -> None:
         model, inputs, kwargs, depth = zoo[name]
         graph = fastest_costs([from_torch(model, inputs, example_kwargs=kwargs, profile=True, repeats=10,
                                           name=name, colocate_modules=depth) for _ in range(args.rounds)])
-        if args.calibrate_per_model:
-            two = placers["deepspeed-uniform"](graph, cluster, 0, step=Step(2, "gpipe"))
-            overheads = calibrated_on_model(name, model, inputs, kwargs, graph, two, cluster, args.rounds,
-                                            args.steps)
-            print(f"{name:6s} pipeline runtime, calibrated on the model: {describe(overheads)}", flush=True)
         plans: dict[tuple, dict] = {}  # (placement, m, schedule) -> the cell
         for m, schedule in STEPS:
             for placer in PLACERS:
@@ -147,10 +178,23 @@ def main() -> None:
                                  "error": f"no plan: {error}"})
                     continue
                 plans[key] = {"placers": [placer], "plan": plan, "rounds": [], "peaks": []}
-                if overheads is not None:
-                    g, c = overheads.applied(graph, cluster, placement)
-                    plans[key]["calibrated"] = plan_from_placement(g, placement, c, microbatches=m, schedule=schedule,
-                                                             param_factor=2.0).simulated_step_seconds
+        if args.calibrate_per_model:
+            two = placers["deepspeed-uniform"](graph, cluster, 0, step=Step(2, "gpipe"))
+            overheads = calibrated_on_model(name, model, inputs, kwargs, graph, two, cluster, args.rounds,
+                                            args.steps)
+            print(f"{name:6s} pipeline runtime, calibrated on the model: {describe(overheads)}", flush=True)
+        if args.calibrate_two_point:
+            cut = unjudged_cut(graph, cluster, {key[0] for key in plans})
+            print(f"{name:6s} calibration cut, no cell's: {describe_cut(graph, cut)}", flush=True)
+            overheads = calibrated_on_model(name, model, inputs, kwargs, graph, cut, cluster, args.rounds,
+                                            args.steps, microbatches=(2, 8))
+            print(f"{name:6s} pipeline runtime, calibrated on the model at m = 2 and 8: {describe(overheads)}",
+                  flush=True)
+        for (placement, m, schedule), cell in plans.items():
+            if overheads is not None:
+                g, c = overheads.applied(graph, cluster, np.array(placement))
+                cell["calibrated"] = plan_from_placement(g, np.array(placement), c, microbatches=m, schedule=schedule,
+                                                         param_factor=2.0).simulated_step_seconds
         for _ in range(args.rounds):
             run_round(list(plans.values()), model, inputs, kwargs, args.steps)
         for _ in range(args.max_rounds - args.rounds):  # more rounds for the cells whose error is not yet resolved

@@ -417,3 +417,32 @@ def test_the_per_model_overheads_count_each_crossing_tensor_once_a_side_and_the_
     step = Step(4, "1f1b")
     assert seconds > 0 and plan_from_placement(g, placement, c, step).simulated_step_seconds == pytest.approx(
         measured, rel=1e-6)
+
+
+def test_the_two_point_fit_recovers_a_cost_per_tensor_and_one_per_step():
+    from placement_env.graph.model import ComputationGraph, Edge, Node
+    from placement_env.runtime.pipeline_calibration import tensor_and_step_cost
+    from placement_env.runtime.runtime_overheads import RuntimeOverheads
+
+    graph = ComputationGraph([Node("x", "input", 0.0, 100), Node("a", "matmul", 1e-3, 100, 10, module="a"),
+                              Node("b", "matmul", 2e-3, 100, 10, module="b"), Node("c", "add", 1e-3, 0, module="c")],
+                             [Edge("x", "a"), Edge("a", "b"), Edge("b", "c"), Edge("a", "c")], name="g", batch=8)
+    placement = np.array([0, 0, 1, 1])
+    cluster = Cluster.preset("p100", 2)
+    base = RuntimeOverheads(5e-5)
+
+    def simulated(tensor: float, step: float, m: int) -> float:
+        g, c = replace(base, tensor_seconds=tensor, step_seconds=step).applied(graph, cluster, placement)
+        return plan_from_placement(g, placement, c, microbatches=m, schedule="gpipe").simulated_step_seconds
+
+    truth = (3e-4, 4e-3)  # made by the simulator: the fit finds them again
+    measured = {m: simulated(*truth, m) for m in (2, 8)}
+    assert tensor_and_step_cost(graph, placement, cluster, base, measured, "gpipe") == pytest.approx(truth, rel=1e-4)
+    # a per-micro-batch cost alone, fitted at m = 2, overshoots at m = 8 when part of the step is paid once a step
+    one = tensor_and_step_cost(graph, placement, cluster, base, {2: measured[2], 8: 10.0}, "gpipe")
+    assert one[1] == 0.0 and simulated(one[0], 0.0, 8) > measured[8]
+    # measured at m = 8 below what even a step cost alone gives: all of it a step's cost, no tensor cost
+    tensor, step = tensor_and_step_cost(graph, placement, cluster, base, {2: measured[2], 8: 1e-6}, "gpipe")
+    assert tensor == pytest.approx(0.0, abs=1e-9) and simulated(0.0, step, 2) == pytest.approx(measured[2], rel=1e-6)
+    with pytest.raises(ValueError, match="two micro-batch counts, got \\[2\\]"):
+        tensor_and_step_cost(graph, placement, cluster, base, {2: measured[2]}, "gpipe")

@@ -312,7 +312,8 @@ def test_calibrate_model_checks_its_input_before_measuring(mlp_and_graph, monkey
     halves = graph.expand_unit_placement((np.arange(graph.num_units) >= graph.num_units // 2).astype(np.int64))
     interleaved = graph.expand_unit_placement(np.arange(graph.num_units) % 2)
     for kwargs, named in (({"rounds": 0}, "rounds must be an integer >= 1, got 0"),
-                          ({"steps": 1}, "steps must be an integer >= 2, got 1")):
+                          ({"steps": 1}, "steps must be an integer >= 2, got 1"),
+                          ({"microbatches": (2, 2)}, r"a count or two distinct counts, got \(2, 2\)")):
         with pytest.raises(ValueError, match=named):
             calibration.calibrate_model(model, (x,), {}, graph, halves, cluster, **kwargs)
     with pytest.raises(ValueError, match="contiguous"):
@@ -342,6 +343,9 @@ def test_calibrate_model_reports_its_spread_and_refuses_disagreeing_measurements
     monkeypatch.setattr(calibration, "run_pipeline", lambda *a, **k: fake_run(slow=1.1))
     overheads = calibration.calibrate_model(model, (x,), {}, graph, halves, cluster)
     assert overheads.spread == pytest.approx(0.1)
+    # two counts: measured alike at m = 2 and 8, so what the pipeline adds is paid once a step, not per tensor
+    overheads = calibration.calibrate_model(model, (x,), {}, graph, halves, cluster, microbatches=(2, 8))
+    assert overheads.tensor_seconds == pytest.approx(0.0, abs=1e-9) and overheads.step_seconds > 0
 
 
 def _failing_job(rank: int, world: int, payload: None) -> int:

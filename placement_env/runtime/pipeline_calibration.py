@@ -20,7 +20,11 @@ to measure them:
     {1, 2, 4, 8} (:func:`runtime_overheads`): its slope per op call, its intercept once a step;
   - ``tensor_seconds``: with those applied, the time each tensor that crosses between stages costs its sender
     and its receiver per micro-batch (gloo's sends and receives while both cores compute), fitted so that the
-    simulated step of one two-stage plan at a small m equals the measured one (:func:`tensor_cost`).
+    simulated step of one two-stage plan at a small m equals the measured one (:func:`tensor_cost`);
+  - or, given two micro-batch counts (``microbatches=(2, 8)``), ``tensor_seconds`` and ``step_seconds`` together,
+    so that the simulated steps of the two-stage plan at both equal the measured ones
+    (:func:`tensor_and_step_cost`): a cost per micro-batch and one per step of the pipelined run, which one run
+    cannot tell apart (the one-stage intercept is then not used).
 
 What each overhead adds to the simulator's inputs: :class:`~placement_env.runtime.runtime_overheads.RuntimeOverheads`.
 """
@@ -129,6 +133,48 @@ def tensor_cost(graph: ComputationGraph, placement: np.ndarray, cluster: Cluster
     return fitted(simulated, measured_seconds, measured_seconds)
 
 
+def tensor_and_step_cost(graph: ComputationGraph, placement: np.ndarray, cluster: Cluster,
+                         overheads: RuntimeOverheads, measured: dict[int, float], schedule: str) -> tuple[float, float]:
+    """``(tensor_seconds, step_seconds)`` that, with ``overheads``' call cost applied, make the simulated steps of
+    ``placement`` at the two micro-batch counts of ``measured`` (``{m: seconds}``) equal the measured ones.
+
+    For each ``step_seconds`` y up to the y at which the step cost alone (x = 0) simulates the smaller m as
+    measured, the tensor cost x(y) is fitted at the smaller m (:func:`tensor_cost`); the simulated step at the larger
+    m then only falls as y grows (a per-step cost replaces a per-micro-batch one), so y is found by bisection: 0
+    when even y = 0 simulates the larger m no slower than measured (its costs then grow with m at least as fast as
+    measured), the largest y (x = 0) when even that simulates it slower.
+
+    Raises:
+        ValueError: ``measured`` not two distinct micro-batch counts.
+    """
+    if len(measured) != 2:
+        raise ValueError(f"a two-point fit needs two micro-batch counts, got {sorted(measured)}")
+    low_m, high_m = sorted(measured)
+
+    def at(y: float) -> tuple[float, float]:
+        base = replace(overheads, step_seconds=y, tensor_seconds=0.0)
+        x = tensor_cost(graph, placement, cluster, base, measured[low_m], low_m, schedule)
+        g, c = replace(base, tensor_seconds=x).applied(graph, cluster, placement)
+        return x, plan_from_placement(g, placement, c, microbatches=high_m, schedule=schedule).simulated_step_seconds
+
+    def step_alone(y: float) -> float:
+        g, c = replace(overheads, step_seconds=y, tensor_seconds=0.0).applied(graph, cluster, placement)
+        return plan_from_placement(g, placement, c, microbatches=low_m, schedule=schedule).simulated_step_seconds
+
+    low, high = 0.0, fitted(step_alone, measured[low_m], measured[low_m])
+    x0, simulated0 = at(low)
+    if simulated0 <= measured[high_m]:
+        return x0, 0.0
+    x1, simulated1 = at(high)
+    if simulated1 >= measured[high_m]:
+        return x1, high
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if at(middle)[1] > measured[high_m] else (low, middle)
+    y = (low + high) / 2
+    return at(y)[0], y
+
+
 MAX_CALIBRATION_SPREAD = 0.25
 """The most a calibration's repeated measurements of one run may disagree (slowest over fastest, less 1): beyond it
 the machine was too busy for the fastest to stand for the model, and the calibration is refused."""
@@ -136,16 +182,17 @@ the machine was too busy for the fastest to stand for the model, and the calibra
 
 def calibrate_model(model: nn.Module, inputs: tuple, kwargs: dict, graph: ComputationGraph,
                     placement: np.ndarray, cluster: Cluster, *, rounds: int = 3, steps: int = 5,
-                    microbatches: int = 2, schedule: str = "gpipe",
+                    microbatches: int | tuple[int, int] = 2, schedule: str = "gpipe",
                     on_progress: Callable[[str], None] | None = None) -> RuntimeOverheads:
     """The :class:`RuntimeOverheads` of ``run_pipeline`` on ``model`` itself (module docstring): the runtime's
     overheads from one-stage runs (:func:`runtime_overheads`), then the tensor cost fitted to the two-stage plan
-    of ``placement`` run at ``microbatches`` under ``schedule`` (the fastest of ``rounds``). Run it with
-    ``torch.set_num_threads(1)``, as the workers run.
+    of ``placement`` run at ``microbatches`` under ``schedule`` (the fastest of ``rounds``); given two counts
+    (``(2, 8)``), the tensor cost and the step's cost fitted to that plan run at both
+    (:func:`tensor_and_step_cost`). Run it with ``torch.set_num_threads(1)``, as the workers run.
 
     Its time: ``rounds`` rounds of five runs (``run_pipeline`` at m = 1, 2, 4, 8 on one stage and the two-stage
-    plan, each ``steps`` steps, beside eager steps); ``on_progress`` hears, after the first round, how long that
-    round took and so about how long the whole calibration takes on this machine.
+    plan, or six with two counts, each ``steps`` steps, beside eager steps); ``on_progress`` hears, after the first
+    round, how long that round took and so about how long the whole calibration takes on this machine.
 
     Returns:
         The overheads, with ``spread``: how far the repeated measurements disagreed (the largest, slowest over
@@ -153,13 +200,17 @@ def calibrate_model(model: nn.Module, inputs: tuple, kwargs: dict, graph: Comput
 
     Raises:
         ValueError: before anything is measured, ``rounds`` below 1, ``steps`` below 2 (the first step is a
-            warm-up), or a placement the plan refuses (not contiguous, a module split, a bad micro-batch count or
-            schedule); after, measurements that disagree by more than :data:`MAX_CALIBRATION_SPREAD`.
+            warm-up), ``microbatches`` not one count or two distinct counts, or a placement the plan refuses (not
+            contiguous, a module split, a bad micro-batch count or schedule); after, measurements that disagree by
+            more than :data:`MAX_CALIBRATION_SPREAD`.
     """
     for name, value, least in (("rounds", rounds, 1), ("steps", steps, 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    plan = plan_from_placement(graph, placement, cluster, microbatches=microbatches, schedule=schedule)
+    counts = (microbatches,) if isinstance(microbatches, int) else tuple(microbatches)
+    if len(counts) not in (1, 2) or len(set(counts)) != len(counts):
+        raise ValueError(f"microbatches must be a count or two distinct counts, got {microbatches!r}")
+    plans = {m: plan_from_placement(graph, placement, cluster, microbatches=m, schedule=schedule) for m in counts}
     began = time.perf_counter()
 
     def first_round_done() -> None:
@@ -170,13 +221,20 @@ def calibrate_model(model: nn.Module, inputs: tuple, kwargs: dict, graph: Comput
 
     call, step, spread = runtime_overheads(model, inputs, kwargs, graph, cluster, rounds=rounds, steps=steps,
                                            on_round=first_round_done, with_spread=True)
-    two = [float(np.median(run_pipeline(model, inputs, plan, steps=steps, example_kwargs=kwargs).steps[1:]))
-           for _ in range(rounds)]
-    spread = max(spread, max(two) / min(two) - 1)
+    two: dict[int, list[float]] = {m: [] for m in counts}
+    for _ in range(rounds):  # interleaved, as the one-stage runs
+        for m, plan in plans.items():
+            two[m].append(float(np.median(run_pipeline(model, inputs, plan, steps=steps,
+                                                       example_kwargs=kwargs).steps[1:])))
+    spread = max(spread, *(max(times) / min(times) - 1 for times in two.values()))
     if spread > MAX_CALIBRATION_SPREAD:
         raise ValueError(f"the calibration's repeated measurements disagree by {spread:.0%}, more than the "
                          f"{MAX_CALIBRATION_SPREAD:.0%} it allows: the machine is too busy to calibrate on; run it "
                          "again when it is quiet, or with more rounds")
     overheads = RuntimeOverheads(call, step_seconds=step, spread=spread)
-    return replace(overheads, tensor_seconds=tensor_cost(graph, placement, cluster, overheads, min(two),
-                                                         microbatches, schedule))
+    if len(counts) == 2:
+        tensor, per_step = tensor_and_step_cost(graph, placement, cluster, overheads,
+                                                {m: min(times) for m, times in two.items()}, schedule)
+        return replace(overheads, tensor_seconds=tensor, step_seconds=per_step)
+    return replace(overheads, tensor_seconds=tensor_cost(graph, placement, cluster, overheads, min(two[counts[0]]),
+                                                         counts[0], schedule))
