@@ -32,7 +32,8 @@ overheads (per op call and micro-batch, per message) measured first on a calibra
 error too. With ``--calibrate-per-model`` the column is instead simulated with the overheads measured on each model
 itself (:func:`~placement_env.runtime.pipeline_calibration.calibrate_model`): one-stage runs at m in {1, 2, 4, 8}
 and the ``deepspeed-uniform`` plan at m = 2 under GPipe, none of them a cell of the table. With
-``--calibrate-two-point`` the overheads are measured on each model too, the cost per tensor and the cost per step
+``--calibrate-two-point`` (alone, or beside either, in a column of its own measured on the same cells) the
+overheads are measured on each model too, the cost per tensor and the cost per step
 fitted together to two runs, at m = 2 and m = 8 under GPipe, of a two-stage cut of the model's layers that no cell's
 placer makes (``unjudged_cut``: the one nearest the middle), so that neither run is a cell.
 """
@@ -63,6 +64,9 @@ from placement_env.runtime.runtime_overheads import RuntimeOverheads
 from placement_env.sim.pipeline import Step
 
 PLACERS = ("deepspeed-uniform", "deepspeed-parameters", "split", "anneal")
+COLUMNS = {"calibrated": "calibrated", "two_point": "two-point"}
+"""The calibrated columns a row may have (its keys ``{column}_ms``, ``{column}_ratio``) and their printed names:
+``--calibrate`` or ``--calibrate-per-model``, and ``--calibrate-two-point``."""
 STEPS = [(m, s) for m in (4, 8) for s in ("gpipe", "1f1b")]
 CALIBRATION_ATTEMPTS = 4  # calibrate_model refuses measurements a busy machine spread; each refusal is printed
 
@@ -142,15 +146,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1 or args.max_rounds < args.rounds:
         parser.error("--rounds must be at least 1 and --max-rounds at least --rounds")
-    if args.calibrate + args.calibrate_per_model + args.calibrate_two_point > 1:
-        parser.error("--calibrate, --calibrate-per-model and --calibrate-two-point are designs of one column: give one")
+    if args.calibrate and args.calibrate_per_model:
+        parser.error("--calibrate and --calibrate-per-model are two designs of one column: give one")
     if args.summary_of:
         summary_of(args.summary_of)
         return
     cluster = measured_local_cluster()
-    overheads = calibrate_pipeline(cluster, rounds=args.rounds) if args.calibrate else None
-    if overheads is not None:
-        print(f"pipeline runtime, calibrated: {describe(overheads)}", flush=True)
+    shared = calibrate_pipeline(cluster, rounds=args.rounds) if args.calibrate else None
+    if shared is not None:
+        print(f"pipeline runtime, calibrated: {describe(shared)}", flush=True)
     placers = {**CONTIGUOUS_PLACERS, **CONTIGUOUS_RUNTIME_DEFAULTS, **search_placers(2.0, contiguous=True)}
     rows, summary = [], []
     zoo = {**hugging_face_models(), **outside_models()}
@@ -178,23 +182,25 @@ def main() -> None:
                                  "error": f"no plan: {error}"})
                     continue
                 plans[key] = {"placers": [placer], "plan": plan, "rounds": [], "peaks": []}
+        columns: dict[str, RuntimeOverheads] = {"calibrated": shared} if shared is not None else {}
         if args.calibrate_per_model:
             two = placers["deepspeed-uniform"](graph, cluster, 0, step=Step(2, "gpipe"))
-            overheads = calibrated_on_model(name, model, inputs, kwargs, graph, two, cluster, args.rounds,
-                                            args.steps)
-            print(f"{name:6s} pipeline runtime, calibrated on the model: {describe(overheads)}", flush=True)
+            columns["calibrated"] = calibrated_on_model(name, model, inputs, kwargs, graph, two, cluster, args.rounds,
+                                                        args.steps)
+            print(f"{name:6s} pipeline runtime, calibrated on the model: {describe(columns['calibrated'])}",
+                  flush=True)
         if args.calibrate_two_point:
             cut = unjudged_cut(graph, cluster, {key[0] for key in plans})
             print(f"{name:6s} calibration cut, no cell's: {describe_cut(graph, cut)}", flush=True)
-            overheads = calibrated_on_model(name, model, inputs, kwargs, graph, cut, cluster, args.rounds,
-                                            args.steps, microbatches=(2, 8))
-            print(f"{name:6s} pipeline runtime, calibrated on the model at m = 2 and 8: {describe(overheads)}",
-                  flush=True)
+            columns["two_point"] = calibrated_on_model(name, model, inputs, kwargs, graph, cut, cluster, args.rounds,
+                                                       args.steps, microbatches=(2, 8))
+            print(f"{name:6s} pipeline runtime, calibrated on the model at m = 2 and 8: "
+                  f"{describe(columns['two_point'])}", flush=True)
         for (placement, m, schedule), cell in plans.items():
-            if overheads is not None:
+            for column, overheads in columns.items():
                 g, c = overheads.applied(graph, cluster, np.array(placement))
-                cell["calibrated"] = plan_from_placement(g, np.array(placement), c, microbatches=m, schedule=schedule,
-                                                         param_factor=2.0).simulated_step_seconds
+                cell[column] = plan_from_placement(g, np.array(placement), c, microbatches=m, schedule=schedule,
+                                                   param_factor=2.0).simulated_step_seconds
         for _ in range(args.rounds):
             run_round(list(plans.values()), model, inputs, kwargs, args.steps)
         for _ in range(args.max_rounds - args.rounds):  # more rounds for the cells whose error is not yet resolved
@@ -227,16 +233,17 @@ def main() -> None:
                    "simulated_peak_mib": [p / 2**20 for p in simulated_peaks],
                    "measured_peak_mib": [p / 2**20 for p in peaks],
                    "memory_ratio": [s / p for s, p in zip(simulated_peaks, peaks)]}
-            if "calibrated" in cell:
-                row["calibrated_ms"] = cell["calibrated"] * 1e3
-                row["calibrated_ratio"] = cell["calibrated"] / measured
+            for column in COLUMNS:
+                if column in cell:
+                    row[f"{column}_ms"] = cell[column] * 1e3
+                    row[f"{column}_ratio"] = cell[column] / measured
             rows.append(row)
             model_rows.append(row)
             print(f"{name:6s} m={m} {schedule:5s} {row['placers']:44s} stages {row['stages']}  simulated "
                   f"{row['simulated_ms']:8.2f} ms  measured {row['measured_ms']:8.2f} ms  ratio {row['ratio']:.2f}  "
                   f"spread {spread:.0%}  memory ratio {', '.join(f'{r:.2f}' for r in row['memory_ratio'])}"
-                  + (f"  calibrated {row['calibrated_ms']:8.2f} ms ratio {row['calibrated_ratio']:.2f}"
-                     if "calibrated_ms" in row else ""), flush=True)
+                  + "".join(f"  {COLUMNS[column]} {row[f'{column}_ms']:8.2f} ms ratio {row[f'{column}_ratio']:.2f}"
+                            for column in COLUMNS if f"{column}_ms" in row), flush=True)
         if not model_rows:
             continue
         summary.append(ranking(name, model_rows))
@@ -263,8 +270,9 @@ def run_round(cells: list[dict], model: torch.nn.Module, inputs: tuple, kwargs: 
 
 
 def judged_seconds(cell: dict) -> float:
-    """The prediction a cell judges: the calibrated column's where there is one, else the simulator's."""
-    return cell.get("calibrated", cell["plan"].simulated_step_seconds)
+    """The prediction a cell judges: the two-point column's where there is one, else the calibrated column's, else
+    the simulator's."""
+    return cell.get("two_point", cell.get("calibrated", cell["plan"].simulated_step_seconds))
 
 
 def resolved(cell: dict) -> bool:
@@ -282,7 +290,7 @@ def ranking(name: str, model_rows: list[dict]) -> dict:
     measured = [r["measured_ms"] for r in model_rows]
     best_real = int(np.argmin(measured))
     out: dict[str, Any] = {"model": name, "measured_best": plan_name(model_rows[best_real])}
-    for column, prefix in (("simulated_ms", ""), ("calibrated_ms", "calibrated_")):
+    for column, prefix in (("simulated_ms", ""), *((f"{c}_ms", f"{c}_") for c in COLUMNS)):
         if column not in model_rows[0]:
             continue
         sims = [r[column] for r in model_rows]
@@ -305,10 +313,12 @@ def ranking_line(s: dict) -> str:
     line = (f"{s['model']:6s} spearman {s['spearman']:.2f}; best simulated {s['simulated_best']}, fastest measured "
             f"{s['measured_best']} (the simulated best {'is' if s['best_within_spread'] else 'is not'} within the "
             "measured spread of the fastest)")
-    if "calibrated_spearman" in s:
-        verdict = ("measured fastest" if s["calibrated_same_best"] else
-                   "within the spread" if s["calibrated_best_within_spread"] else "not within the spread")
-        line += (f"; calibrated: spearman {s['calibrated_spearman']:.2f}, best {s['calibrated_simulated_best']} "
+    for column, label in COLUMNS.items():
+        if f"{column}_spearman" not in s:
+            continue
+        verdict = ("measured fastest" if s[f"{column}_same_best"] else
+                   "within the spread" if s[f"{column}_best_within_spread"] else "not within the spread")
+        line += (f"; {label}: spearman {s[f'{column}_spearman']:.2f}, best {s[f'{column}_simulated_best']} "
                  f"({verdict})")
     return line
 
@@ -330,12 +340,14 @@ def print_summary(rows: list[dict], summary: list[dict]) -> None:
               + (f"the other {len(unresolved)} err by at most "
                  f"{max(abs(r['judged_ratio'] - 1) + r['uncertainty'] for r in unresolved):.1%} (error plus "
                  "uncertainty)" if unresolved else "every error is resolved"), flush=True)
-    if ran and "calibrated_ratio" in ran[0]:
-        calibrated = [abs(r["calibrated_ratio"] - 1) for r in ran]
-        print(f"calibrated: mean |simulated/measured - 1| {np.mean(calibrated):.1%}; cells within 20%: "
-              f"{sum(e <= 0.2 for e in calibrated)} / {len(ran)}; models whose calibrated best is measured fastest: "
-              f"{sum(s['calibrated_same_best'] for s in summary)}, or within its spread: "
-              f"{sum(s['calibrated_best_within_spread'] for s in summary)} / {len(summary)}", flush=True)
+    for column, label in COLUMNS.items():
+        if not ran or f"{column}_ratio" not in ran[0]:
+            continue
+        errors = [abs(r[f"{column}_ratio"] - 1) for r in ran]
+        print(f"{label}: mean |simulated/measured - 1| {np.mean(errors):.1%}, worst {max(errors):.1%}; cells within "
+              f"20%: {sum(e <= 0.2 for e in errors)} / {len(ran)}; models whose {label} best is measured fastest: "
+              f"{sum(s[f'{column}_same_best'] for s in summary)}, or within its spread: "
+              f"{sum(s[f'{column}_best_within_spread'] for s in summary)} / {len(summary)}", flush=True)
 
 
 def summary_of(path: str) -> None:
