@@ -6,9 +6,9 @@ The runs are those of ``placement_env.runtime.pipeline_calibration.calibrate_mod
 one-stage plan at m in {1, 2, 4, 8}, the ``deepspeed-uniform`` two-stage plan at m = 2 under GPipe, and eager
 PyTorch at each m), on ``local_cluster(2)``, one thread a process, for a model of ``benchmarks/fidelity_common.py``
 (the table's or an outside one). Printed per round and run: each step's milliseconds (the calibration drops the
-first and takes the median of the rest); then per run the spread calibrate_model judges (slowest round over fastest,
-less 1; it refuses a calibration above ``MAX_CALIBRATION_SPREAD``), the gap between the two fastest rounds, and the
-trend within a run (its last step over its second).
+first and takes the median of the rest); then per run its spread (slowest round over fastest, less 1), the gap
+between the two fastest rounds (what calibrate_model judges: it refuses a calibration whose gap is above
+``MAX_CALIBRATION_SPREAD``), and the trend within a run (its last step over its second).
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def main() -> None:
             medians[f"eager m={m}"].append(eager_seconds(model, inputs, kwargs, m, args.steps))
         eager = ", ".join(f"m={m}: {medians['eager m=' + str(m)][-1] * 1e3:.1f}" for m in (1, 2, 4, 8))
         print(f"round {r + 1} eager (ms)      {eager}", flush=True)
-    print(f"per run over {args.rounds} rounds (calibrate_model refuses a spread above {MAX_CALIBRATION_SPREAD:.0%}):")
+    print(f"per run over {args.rounds} rounds (calibrate_model refuses two fastest apart by more than "
+          f"{MAX_CALIBRATION_SPREAD:.0%}):")
     for name, values in medians.items():
         fastest = sorted(values)[:2]
         trend = f", last step / second step {np.mean(trends[name]):.2f}" if name in trends else ""

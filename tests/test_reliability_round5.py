@@ -321,6 +321,8 @@ def test_calibrate_model_checks_its_input_before_measuring(mlp_and_graph, monkey
 
 
 def test_calibrate_model_reports_its_spread_and_refuses_disagreeing_measurements(mlp_and_graph, monkeypatch):
+    """A run's measured step is its fastest round: a slow round beside two that agree is reported (``spread``) and
+    accepted; two fastest rounds that disagree by more than 25% are refused."""
     from placement_env import Cluster
     from placement_env.runtime import pipeline_calibration as calibration
 
@@ -329,21 +331,28 @@ def test_calibrate_model_reports_its_spread_and_refuses_disagreeing_measurements
     halves = graph.expand_unit_placement((np.arange(graph.num_units) >= graph.num_units // 2).astype(np.int64))
     runs = iter(range(1000))
 
-    def fake_run(*args, slow: float, **kwargs):  # measurements as events: every third run `slow` times longer
+    def fake_run(*args, slow: float, after: int, **kwargs):  # measurements as events: the runs from `after` on slow
         k = next(runs)
-        seconds = 0.01 * (slow if k % 3 == 2 else 1.0)
+        seconds = 0.01 * (slow if k >= after else 1.0)
         return type("Run", (), {"steps": [seconds] * 5})()
 
     heard: list[str] = []
     monkeypatch.setattr(calibration, "eager_seconds", lambda *a, **k: 0.005)
-    monkeypatch.setattr(calibration, "run_pipeline", lambda *a, **k: fake_run(slow=2.0))
-    with pytest.raises(ValueError, match="disagree by 100%, more than the 25% it allows"):
+    # the one-stage runs (m = 1, 2, 4, 8 a round), then the two-stage plan's: from the sixth run on twice as slow
+    monkeypatch.setattr(calibration, "run_pipeline", lambda *a, **k: fake_run(slow=2.0, after=5))
+    with pytest.raises(ValueError, match="the two fastest of the calibration's repeated measurements of a run "
+                                         "disagree by 100%, more than the 25% it allows"):
         calibration.calibrate_model(model, (x,), {}, graph, halves, cluster, on_progress=heard.append)
     assert heard and heard[0].startswith("calibrate_model: round 1 of 3 took") and "in all on this machine" in heard[0]
-    monkeypatch.setattr(calibration, "run_pipeline", lambda *a, **k: fake_run(slow=1.1))
+    runs = iter(range(1000))  # from the eleventh: a one-stage run has one slow round at most (spread reported)
+    monkeypatch.setattr(calibration, "run_pipeline", lambda *a, **k: fake_run(slow=2.0, after=10))
     overheads = calibration.calibrate_model(model, (x,), {}, graph, halves, cluster)
-    assert overheads.spread == pytest.approx(0.1)
+    assert overheads.spread == pytest.approx(1.0)
+    runs = iter(range(1000))
+    monkeypatch.setattr(calibration, "run_pipeline", lambda *a, **k: fake_run(slow=2.0, after=0))
+    assert calibration.calibrate_model(model, (x,), {}, graph, halves, cluster, rounds=1).spread == 0.0
     # two counts: measured alike at m = 2 and 8, so what the pipeline adds is paid once a step, not per tensor
+    runs = iter(range(1000))
     overheads = calibration.calibrate_model(model, (x,), {}, graph, halves, cluster, microbatches=(2, 8))
     assert overheads.tensor_seconds == pytest.approx(0.0, abs=1e-9) and overheads.step_seconds > 0
 

@@ -100,8 +100,8 @@ def runtime_overheads(model: nn.Module, inputs: tuple, kwargs: dict, graph: Comp
     """``(call_seconds, step_seconds)`` of ``run_pipeline`` on ``model`` (``graph``: its graph): the line through
     (one-stage runner - eager) over ``microbatches``, its slope per computing op of ``graph`` and its intercept
     (each at least 0; each measured value the fastest of ``rounds`` interleaved rounds of ``steps`` steps).
-    ``on_round`` is called after the first round; ``with_spread`` adds the runs' largest spread (slowest over
-    fastest, less 1) as a third value."""
+    ``on_round`` is called after the first round; ``with_spread`` adds each run's measurements as a third value
+    (``{m: [seconds a round]}``)."""
     one = {m: plan_from_placement(graph, np.zeros(graph.num_nodes, dtype=np.int64), cluster, microbatches=m,
                             schedule="gpipe") for m in microbatches}
     runner: dict[int, list[float]] = {m: [] for m in microbatches}
@@ -118,8 +118,23 @@ def runtime_overheads(model: nn.Module, inputs: tuple, kwargs: dict, graph: Comp
     calls = int(np.count_nonzero(graph.cost > 0))
     found = (max(float(slope), 0.0) / calls, max(float(intercept), 0.0))
     if with_spread:
-        return (*found, max(max(values) / min(values) - 1 for values in runner.values()))
+        return (*found, runner)
     return found
+
+
+def spread(rounds: Sequence[float]) -> float:
+    """How far a run's repeated measurements disagree: the slowest over the fastest, less 1."""
+    return max(rounds) / min(rounds) - 1
+
+
+def uncertainty(rounds: Sequence[float]) -> float:
+    """How far a run's measured step (the fastest round's) may be off: the second fastest over the fastest, less 1
+    (a machine's noise only slows a round, so the two fastest agree once the minimum is found; a slow round beside
+    them does not make the minimum less sure). Infinite with fewer than two rounds."""
+    if len(rounds) < 2:
+        return float("inf")
+    first, second = sorted(rounds)[:2]
+    return second / first - 1
 
 
 def tensor_cost(graph: ComputationGraph, placement: np.ndarray, cluster: Cluster, overheads: RuntimeOverheads,
@@ -176,8 +191,8 @@ def tensor_and_step_cost(graph: ComputationGraph, placement: np.ndarray, cluster
 
 
 MAX_CALIBRATION_SPREAD = 0.25
-"""The most a calibration's repeated measurements of one run may disagree (slowest over fastest, less 1): beyond it
-the machine was too busy for the fastest to stand for the model, and the calibration is refused."""
+"""The most the two fastest of a calibration's repeated measurements of one run may disagree (:func:`uncertainty`):
+beyond it the machine was too busy for the fastest to stand for the model, and the calibration is refused."""
 
 
 def calibrate_model(model: nn.Module, inputs: tuple, kwargs: dict, graph: ComputationGraph,
@@ -195,14 +210,14 @@ def calibrate_model(model: nn.Module, inputs: tuple, kwargs: dict, graph: Comput
     round, how long that round took and so about how long the whole calibration takes on this machine.
 
     Returns:
-        The overheads, with ``spread``: how far the repeated measurements disagreed (the largest, slowest over
-        fastest less 1, of each run's ``rounds`` measurements).
+        The overheads, with ``spread``: how far the repeated measurements disagreed (the largest :func:`spread`,
+        slowest over fastest less 1, of each run's ``rounds`` measurements).
 
     Raises:
         ValueError: before anything is measured, ``rounds`` below 1, ``steps`` below 2 (the first step is a
             warm-up), ``microbatches`` not one count or two distinct counts, or a placement the plan refuses (not
-            contiguous, a module split, a bad micro-batch count or schedule); after, measurements that disagree by
-            more than :data:`MAX_CALIBRATION_SPREAD`.
+            contiguous, a module split, a bad micro-batch count or schedule); after, a run whose two fastest
+            measurements disagree by more than :data:`MAX_CALIBRATION_SPREAD` (:func:`uncertainty`).
     """
     for name, value, least in (("rounds", rounds, 1), ("steps", steps, 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -219,19 +234,20 @@ def calibrate_model(model: nn.Module, inputs: tuple, kwargs: dict, graph: Comput
             on_progress(f"calibrate_model: round 1 of {rounds} took {took:.0f} s; about {took * rounds:.0f} s in "
                         "all on this machine")
 
-    call, step, spread = runtime_overheads(model, inputs, kwargs, graph, cluster, rounds=rounds, steps=steps,
-                                           on_round=first_round_done, with_spread=True)
+    call, step, one_stage = runtime_overheads(model, inputs, kwargs, graph, cluster, rounds=rounds, steps=steps,
+                                              on_round=first_round_done, with_spread=True)
     two: dict[int, list[float]] = {m: [] for m in counts}
     for _ in range(rounds):  # interleaved, as the one-stage runs
         for m, plan in plans.items():
             two[m].append(float(np.median(run_pipeline(model, inputs, plan, steps=steps,
                                                        example_kwargs=kwargs).steps[1:])))
-    spread = max(spread, *(max(times) / min(times) - 1 for times in two.values()))
-    if spread > MAX_CALIBRATION_SPREAD:
-        raise ValueError(f"the calibration's repeated measurements disagree by {spread:.0%}, more than the "
-                         f"{MAX_CALIBRATION_SPREAD:.0%} it allows: the machine is too busy to calibrate on; run it "
-                         "again when it is quiet, or with more rounds")
-    overheads = RuntimeOverheads(call, step_seconds=step, spread=spread)
+    runs = [*one_stage.values(), *two.values()]
+    unsure = max(uncertainty(times) for times in runs) if rounds >= 2 else 0.0  # one round: nothing to judge
+    if unsure > MAX_CALIBRATION_SPREAD:
+        raise ValueError(f"the two fastest of the calibration's repeated measurements of a run disagree by "
+                         f"{unsure:.0%}, more than the {MAX_CALIBRATION_SPREAD:.0%} it allows: the machine is too busy "
+                         "to calibrate on; run it again when it is quiet, or with more rounds")
+    overheads = RuntimeOverheads(call, step_seconds=step, spread=max(spread(times) for times in runs))
     if len(counts) == 2:
         tensor, per_step = tensor_and_step_cost(graph, placement, cluster, overheads,
                                                 {m: min(times) for m, times in two.items()}, schedule)
