@@ -19,7 +19,7 @@ from placement_env.runtime.live_bytes import LiveBytes  # noqa: E402
 from placement_env.runtime.losses import causal_lm_loss  # noqa: E402
 from placement_env.runtime.parallel_runner import run_parallel  # noqa: E402
 from placement_env.runtime.recomputation import recompute_layers  # noqa: E402
-from placement_env.runtime.tensor_plans import sequence_plan, tensor_plan  # noqa: E402
+from placement_env.runtime.tensor_plans import local_heads, sequence_plan, tensor_plan  # noqa: E402
 
 VOCAB, BATCH, SEQUENCE = 64, 8, 8
 
@@ -40,7 +40,17 @@ def tiny_gpt2(layers: int = 2):
     return transformers.GPT2LMHeadModel(config).train()
 
 
-MODELS = {"llama": tiny_llama, "gpt2": tiny_gpt2}
+def tiny_opt(layers: int = 2):
+    """An OPT (transformers' ``OPTForCausalLM``, not of the Llama family): learned positions called with the
+    position ids, ``out_proj``, ``fc1`` and ``fc2``, the output layer tied to the token embedding, no dropout."""
+    torch.manual_seed(0)
+    config = transformers.OPTConfig(vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=layers,
+                                    num_attention_heads=4, max_position_embeddings=16, dropout=0.0,
+                                    attention_dropout=0.0, activation_dropout=0.0, layerdrop=0.0, use_cache=False)
+    return transformers.OPTForCausalLM(config).train()
+
+
+MODELS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "opt": tiny_opt}
 
 
 def adamw(parameters):
@@ -86,6 +96,7 @@ def assert_the_whole_step(model, ids, p):
     ("llama", 1, 2, 1, 1, False),   # ZeRO 1: ZeroRedundancyOptimizer
     ("gpt2", 1, 2, 3, 1, False),    # FSDP2, resharded after the forward, with a tied output layer
     ("llama", 2, 2, 2, 1, True),    # tensor (sequence parallel) x data with FSDP2 (ZeRO 2): four workers
+    ("opt", 2, 1, 0, 1, False),     # OPT: out_proj split by rows beside its q_proj
 ])
 def test_a_parallel_adamw_step_is_the_whole_one(family, tensor, data, zero, microbatches, sequence):
     model = MODELS[family]()
@@ -124,6 +135,19 @@ def test_the_tensor_plan_is_the_model_s_own_or_refused_by_name():
     mlp.add_module("fc1", torch.nn.Linear(4, 8))
     with pytest.raises(ValueError, match="sequence parallelism needs a decoder named as transformers' Llama family"):
         sequence_plan(mlp)
+    opt = tiny_opt(layers=1)  # OPT's output projection split by rows beside its q_proj; its heads counted per rank
+    layer = "model.decoder.layers.0."
+    assert {k: type(v).__name__ for k, v in tensor_plan(opt).items()} == {
+        **{f"{layer}self_attn.{n}": "ColwiseParallel" for n in ("q_proj", "k_proj", "v_proj")},
+        f"{layer}self_attn.out_proj": "RowwiseParallel", f"{layer}fc1": "ColwiseParallel",
+        f"{layer}fc2": "RowwiseParallel"}
+    assert local_heads(opt, 2) == 1 and opt.model.decoder.layers[0].self_attn.num_heads == 2
+    with pytest.raises(ValueError, match="sequence parallelism needs a decoder named as transformers' Llama family"):
+        sequence_plan(tiny_opt(layers=1))
+    attention = torch.nn.Module()  # an nn.MultiheadAttention's out_proj reads its own unsplit attention: kept whole
+    attention.attn = torch.nn.MultiheadAttention(8, 2)
+    attention.fc1, attention.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+    assert sorted(tensor_plan(attention)) == ["fc1", "fc2"]
 
 
 def test_what_it_does_not_run_is_refused_before_any_worker_starts():
@@ -226,6 +250,7 @@ def test_under_torchrun_each_rank_runs_its_part_of_a_plan_at_scale_from_the_comm
     # and tensor x FSDP2 ZeRO 3, recomputing (8 workers: slow; the default suite runs interleaving on two)
     pytest.param("llama", 2, 2, 2, 3, "interleaved-1f1b", 2, "selective", False, marks=pytest.mark.slow),
     ("gpt2", 2, 2, 1, 2, "zb-h1", 1, "full", False),  # zero bubble, its backward split, tied, recomputing
+    ("opt", 2, 2, 1, 1, "1f1b", 1, "none", False),  # OPT's stages (its positions by id, tied ends), tensor ranks
     ("llama", 2, 2, 1, 0, "1f1b", 1, "none", True),  # sequence parallel stages: each sends its shard of the sequence
     # GPT-2's, its tied copies whole on both ends (slow: the default suite runs GPT-2's sequence parallelism whole)
     pytest.param("gpt2", 2, 2, 1, 0, "1f1b", 1, "none", True, marks=pytest.mark.slow),

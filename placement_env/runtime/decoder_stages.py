@@ -2,11 +2,13 @@
 parameters are called in the whole model, and which parameters two stages share (tied embeddings).
 
 Tracing (``torch.distributed.pipelining.pipeline``) does not take a model whose layers tensor parallelism has
-made DTensors; a stage built from the model's own modules does. Two layouts of transformers' causal LMs are known
-(:data:`LAYOUTS`): the Llama family (``model.embed_tokens``, ``model.layers``, rotary position embeddings
-``model.rotary_emb``, ``model.norm``) and GPT-2 (``transformer.wte``, learned positions ``transformer.wpe``,
-``transformer.drop``, ``transformer.h``, ``transformer.ln_f``), both with ``lm_head``. Attention is causal
-(transformers' SDPA path without a mask: ``is_causal``).
+made DTensors; a stage built from the model's own modules does. Three layouts of transformers' causal LMs are
+known (:data:`LAYOUTS`): the Llama family (``model.embed_tokens``, ``model.layers``, rotary position embeddings
+``model.rotary_emb``, ``model.norm``; Mistral, Qwen2, ... have it too), GPT-2 (``transformer.wte``, learned positions
+``transformer.wpe``, ``transformer.drop``, ``transformer.h``, ``transformer.ln_f``) and OPT
+(``model.decoder.embed_tokens``, learned positions ``embed_positions`` called with the position ids, the optional
+``project_in`` and ``project_out``, ``layers``, ``final_layer_norm``, which OPT-350m has not), each with ``lm_head``.
+Attention is causal (transformers' SDPA path without a mask: ``is_causal``).
 
 A tied output layer (GPT-2's ``lm_head`` is ``wte``) lives on the first stage and on the last: each stage holds its
 copy, and the copies' gradients are summed over the stages that hold them before the optimizer steps
@@ -15,6 +17,7 @@ copy, and the copies' gradients are summed over the stages that hold them before
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,16 +37,28 @@ class DecoderLayout:
     rotary: str | None = None  # rotary position embeddings, given to each layer
     positions: str | None = None  # learned position embeddings, added to the token embeddings
     dropout: str | None = None  # after the embeddings
+    project_in: str | None = None  # a projection of the token embeddings to the layers' width (None there: none)
+    project_out: str | None = None  # and back, after the final norm
 
 
 LAYOUTS = (DecoderLayout("model", "embed_tokens", "layers", "norm", rotary="rotary_emb"),
-           DecoderLayout("transformer", "wte", "h", "ln_f", positions="wpe", dropout="drop"))
+           DecoderLayout("transformer", "wte", "h", "ln_f", positions="wpe", dropout="drop"),
+           DecoderLayout("model.decoder", "embed_tokens", "layers", "final_layer_norm", positions="embed_positions",
+                         project_in="project_in", project_out="project_out"))
+
+
+def decoder_base(model: Any, layout: DecoderLayout) -> Any:
+    """The module under ``model`` at ``layout.base`` (a dotted path), or None."""
+    base = model
+    for name in layout.base.split("."):
+        base = getattr(base, name, None)
+    return base
 
 
 def decoder_layout(model: Any) -> DecoderLayout | None:
     """The :data:`LAYOUTS` entry ``model`` has (and ``lm_head``), or None."""
     for layout in LAYOUTS:
-        base = getattr(model, layout.base, None)
+        base = decoder_base(model, layout)
         needed = [layout.embed, layout.layers, layout.norm, *[n for n in (layout.rotary, layout.positions) if n]]
         if base is not None and all(hasattr(base, name) for name in needed) and hasattr(model, "lm_head"):
             return layout
@@ -60,7 +75,7 @@ def decoder_layers(model: Any) -> int:
     layout = decoder_layout(model)
     if layout is None:
         raise ValueError(f"model {type(model).__name__} is not a decoder of a known layout")
-    return len(getattr(getattr(model, layout.base), layout.layers))
+    return len(getattr(decoder_base(model, layout), layout.layers))
 
 
 def stage_layers(layers: int, stages: int) -> list[tuple[int, int]]:
@@ -88,25 +103,32 @@ class DecoderStage(torch.nn.Module):
         layout = decoder_layout(model)
         if layout is None:
             raise ValueError(f"model {type(model).__name__} is not a decoder of a known layout")
-        base = getattr(model, layout.base)
+        base = decoder_base(model, layout)
         self.first = first
         self.embed = getattr(base, layout.embed) if is_first else None
+        self.project_in = getattr(base, layout.project_in, None) if is_first and layout.project_in else None
         self.positions = getattr(base, layout.positions) if is_first and layout.positions else None
+        self.positions_by_id = self.positions is not None and "position_ids" in inspect.signature(
+            self.positions.forward).parameters  # OPT's: (attention_mask, cache_length, position_ids)
         self.dropout = getattr(base, layout.dropout) if is_first and layout.dropout else None
         self.layers = torch.nn.ModuleList(list(getattr(base, layout.layers))[first:end])
         self.rotary = getattr(base, layout.rotary) if layout.rotary else None
-        self.norm = getattr(base, layout.norm) if is_last else None
+        self.norm = getattr(base, layout.norm) if is_last else None  # None too where the model has none
+        self.project_out = getattr(base, layout.project_out, None) if is_last and layout.project_out else None
         self.lm_head = model.lm_head if is_last else None
         whole = {id(q): name for name, q in model.named_parameters()}
         self.whole_names = {name: whole[id(q)] for name, q in self.named_parameters(remove_duplicate=False)}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = self.embed(x) if self.embed is not None else x
+        if self.project_in is not None:
+            hidden = self.project_in(hidden)
         if self.sequence_mesh is not None and self.embed is None:  # the previous stage's shard of the sequence
             hidden = DTensor.from_local(hidden, self.sequence_mesh, [Shard(1)], run_check=False)
         positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0).expand(hidden.shape[0], -1)
         if self.positions is not None:
-            hidden = hidden + self.positions(positions)
+            hidden = hidden + (self.positions(None, 0, position_ids=positions) if self.positions_by_id else
+                               self.positions(positions))
         if self.dropout is not None:
             hidden = self.dropout(hidden)
         extra: dict[str, Any] = {}
@@ -115,8 +137,12 @@ class DecoderStage(torch.nn.Module):
         for layer in self.layers:
             out = layer(hidden, attention_mask=None, **extra)
             hidden = out[0] if isinstance(out, tuple) else out
-        if self.norm is not None and self.lm_head is not None:
-            hidden = self.lm_head(self.norm(hidden))
+        if self.lm_head is not None:
+            if self.norm is not None:
+                hidden = self.norm(hidden)
+            if self.project_out is not None:
+                hidden = self.project_out(hidden)
+            hidden = self.lm_head(hidden)
         return hidden.to_local() if isinstance(hidden, DTensor) else hidden
 
     def model_name(self, name: str) -> str:
@@ -136,5 +162,5 @@ def shared_parameters(model: Any, stages: int) -> dict[str, tuple[int, ...]]:
     return {name: tuple(held) for name, held in holders.items() if len(held) > 1}
 
 
-__all__ = ["LAYOUTS", "DecoderLayout", "DecoderStage", "decoder_layers", "decoder_layout", "is_decoder",
+__all__ = ["LAYOUTS", "DecoderLayout", "DecoderStage", "decoder_base", "decoder_layers", "decoder_layout", "is_decoder",
            "shared_parameters", "stage_layers"]

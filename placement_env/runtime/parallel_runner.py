@@ -7,7 +7,7 @@ Each of the ``t x S x d`` ranks is one process on a ``(pp, dp, tp)`` ``DeviceMes
 on ``cuda:LOCAL_RANK`` with ``devices="cuda"``). Its ranks: tensor ranks neighbours, then data, then pipeline
 (Megatron-LM's order and the simulator's ``tp-dp-pp``):
 
-* pipeline ranks (a decoder of transformers' Llama family or GPT-2): the model cut by hand into ``S x v`` chunks
+* pipeline ranks (a decoder of transformers' Llama family, GPT-2 or OPT): the model cut by hand into ``S x v`` chunks
   of consecutive layers (:class:`~placement_env.runtime.decoder_stages.DecoderStage`, the first with the embeddings,
   the last with the final norm and the output layer), chunk ``c`` on pipeline rank ``c mod S``, each a
   ``PipelineStage`` run by the plan's schedule (torch's ``Schedule1F1B``, ``ScheduleGPipe``,
@@ -77,7 +77,7 @@ from .local_workers import check_local_workers, heartbeat, run_on_local_workers
 from .losses import sum_of_outputs
 from .portable import portable
 from .recomputation import layers_of, recompute_layers
-from .tensor_plans import check_splits, sequence_plan, tensor_plan
+from .tensor_plans import check_splits, local_heads, sequence_plan, tensor_plan
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,8 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
             fp32 parameters, gradients and optimizer states).
 
     Raises:
-        ValueError: a pipeline of a model other than a known decoder (run it with ``run_pipeline``) or of more
+        ValueError: a pipeline of a model other than a known decoder (:data:`~.decoder_stages.LAYOUTS`; run it
+            with ``run_pipeline``) or of more
             chunks than layers, sequence parallelism on a model not named as a Llama or a GPT-2, a batch that
             ``d x microbatches`` does not divide, a module tensor parallelism cannot split, more workers than the
             machine runs, ``devices`` other than None or ``"cuda"``, a ``precision`` not in :data:`PRECISIONS`,
@@ -152,9 +153,9 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
     if p.pipeline > 1:
         if not is_decoder(model):
             raise ValueError(f"a pipeline of {p.pipeline} ranks: run_parallel cuts a decoder of transformers' Llama "
-                             f"family or GPT-2 into stages (model.layers or transformer.h, their embeddings, final "
-                             f"norm and lm_head); model {type(model).__name__} is not one: run its pipeline with "
-                             "run_pipeline")
+                             f"family, GPT-2 or OPT into stages (model.layers, transformer.h or model.decoder.layers, "
+                             f"their embeddings, final norm and lm_head); model {type(model).__name__} is not one: "
+                             "run its pipeline with run_pipeline")
         layers = decoder_layers(model)
         if p.chunks > layers:
             raise ValueError(f"{p.chunks} pipeline chunks ({p.pipeline} ranks x {p.virtual_stages}) for {layers} "
@@ -278,6 +279,7 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
                 module.sequence_mesh = mesh["tp"]
             parallelize_module(module, mesh["tp"], sequence_plan(module) if p.sequence_parallel else
                                tensor_plan(module))
+            local_heads(module, p.tensor)
         recompute_layers(module, p.recompute)
         if p.zero >= 2:
             for layer in layers_of(module):

@@ -23,7 +23,9 @@ from .fused_layers import FUSED
 
 COLUMN_NAMES = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "query", "key", "value", "fc1", "w1", "w3",
                 "c_fc")
-ROW_NAMES = ("o_proj", "down_proj", "fc2", "w2", "c_proj")
+ROW_NAMES = ("o_proj", "down_proj", "fc2", "w2", "c_proj", "out_proj")
+"""Split by rows (their inputs split by columns before them); ``out_proj`` only beside a ``q_proj`` linear layer
+(OPT's attention: an ``nn.MultiheadAttention``'s output projection reads its own unsplit attention)."""
 UNSPLITTABLE = {FUSED: "holds the queries, keys and values in one matrix: a column split would mix them (GPT-2's: "
                        "linear_layers(model, t) lays it out for t ranks; run_parallel does so)"}
 
@@ -129,11 +131,31 @@ def tensor_plan(model: torch.nn.Module) -> dict[str, Any]:
         if isinstance(module, torch.nn.Linear) and (leaf in COLUMN_NAMES or leaf in UNSPLITTABLE):
             plan[name] = ColwiseParallel()
         elif isinstance(module, torch.nn.Linear) and leaf in ROW_NAMES:
-            plan[name] = RowwiseParallel()
+            parent = modules[name.rsplit(".", 1)[0]] if "." in name else model
+            if leaf != "out_proj" or isinstance(getattr(parent, "q_proj", None), torch.nn.Linear):
+                plan[name] = RowwiseParallel()
     if not plan:
         raise ValueError(f"model {type(model).__name__} has no module the runner knows how to split (by name: "
                          f"{', '.join(COLUMN_NAMES + ROW_NAMES)}), and no base_model_tp_plan")
     return plan
+
+
+def local_heads(model: torch.nn.Module, tensor: int) -> int:
+    """After ``parallelize_module``: each attention module whose queries are split by columns (a ``q_proj`` or
+    ``query`` linear layer) and that counts its heads (an integer ``num_heads``) counts its tensor rank's, ``1 /
+    tensor`` of them, as Megatron-LM's attention does. OPT's attention reshapes its queries to ``num_heads`` heads,
+    so a whole count would silently fold the sequence into heads; models that reshape by ``head_dim`` alone (the
+    Llama family, GPT-2) are not changed in what they compute. Returns how many modules it changed."""
+    changed = 0
+    for module in model.modules():
+        queries = getattr(module, "q_proj", None) or getattr(module, "query", None)
+        heads = getattr(module, "num_heads", None)
+        if isinstance(queries, torch.nn.Linear) and isinstance(heads, int) and not isinstance(heads, bool):
+            if heads % tensor:
+                raise ValueError(f"{tensor} tensor ranks do not divide the {heads} heads of {type(module).__name__}")
+            module.num_heads = heads // tensor
+            changed += 1
+    return changed
 
 
 def check_splits(model: torch.nn.Module, plan: Mapping[str, Any], tensor: int) -> None:
@@ -157,4 +179,4 @@ def check_splits(model: torch.nn.Module, plan: Mapping[str, Any], tensor: int) -
 
 
 __all__ = ["COLUMN_NAMES", "GPT2_SEQUENCE_NAMES", "ROW_NAMES", "SEQUENCE_NAMES", "UNSPLITTABLE", "check_splits",
-           "sequence_plan", "tensor_plan"]
+           "local_heads", "sequence_plan", "tensor_plan"]
