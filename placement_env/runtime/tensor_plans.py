@@ -153,7 +153,7 @@ def local_heads(model: torch.nn.Module, tensor: int) -> int:
         if isinstance(queries, torch.nn.Linear) and isinstance(heads, int) and not isinstance(heads, bool):
             if heads % tensor:
                 raise ValueError(f"{tensor} tensor ranks do not divide the {heads} heads of {type(module).__name__}")
-            module.num_heads = heads // tensor
+            setattr(module, "num_heads", heads // tensor)  # noqa: B010 (an int attribute of a Module)
             changed += 1
     return changed
 
