@@ -97,6 +97,7 @@ def test_experiment_runs_give_the_same_results_in_process_in_workers_and_on_ray(
     assert len(records[0][0][0]["curve"]) > 1  # the policy moved: a comparison of something
 
 
+@pytest.mark.slow  # the experiments' fan-out is held the same way in the default suite (above)
 def test_benchmark_and_pretraining_give_the_same_results_however_they_fan_out(tmp_path, ray_local):
     cells = [Cell("synthetic/1", 2), Cell("synthetic/2", 3)]
     tables = []
@@ -163,7 +164,9 @@ def test_a_killed_worker_leaves_no_half_run_and_the_experiment_goes_on(tmp_path)
     assert "failed" not in (out / "table6.md").read_text()
 
 
-@pytest.mark.parametrize("where", [["--workers", "2"], ["--ray", "--workers", "2"]], ids=["workers", "ray"])
+@pytest.mark.parametrize("where", [["--workers", "2"],  # Ray's in the slow suite: the default one runs the workers'
+                                   pytest.param(["--ray", "--workers", "2"], marks=pytest.mark.slow)],
+                         ids=["workers", "ray"])
 def test_ctrl_c_stops_the_workers_and_a_rerun_resumes(tmp_path, where):
     if "--ray" in where:
         pytest.importorskip("ray")
@@ -202,7 +205,8 @@ def snapshot(out: Path) -> dict[str, int]:
     return {str(p): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+@pytest.mark.parametrize("how", [signal.SIGTERM, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)],
+                         ids=["sigterm", "sigkill"])  # SIGKILL in the slow suite: the default one runs SIGTERM
 def test_workers_die_with_their_driver_and_write_nothing_after(tmp_path, how):
     """A driver stopped by SIGTERM (as timeout, Slurm and Kubernetes stop jobs) or SIGKILL: its workers are gone
     within seconds, write nothing after, leave no half cache entry, and a rerun resumes at once."""

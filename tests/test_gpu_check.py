@@ -39,6 +39,7 @@ def test_without_cuda_the_check_says_so_in_one_line(tmp_path):
         "error: no CUDA device (give --cpu for a dry run on CPU workers)"]
 
 
+@pytest.mark.slow  # a model and a worker: the default suite checks the refusal and the names
 def test_the_script_s_dry_run_goes_the_whole_way(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path)}
     run = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--cpu", "--max-plans", "1"],

@@ -89,7 +89,9 @@ def assert_the_whole_step(model, ids, p):
 
 @pytest.mark.parametrize(("family", "tensor", "data", "zero", "microbatches", "sequence"), [
     ("llama", 2, 1, 0, 1, False),   # tensor parallelism alone
-    ("gpt2", 2, 1, 0, 1, False),    # GPT-2's fused Conv1D layers, laid out for two tensor ranks
+    # GPT-2's fused Conv1D layers, laid out for two tensor ranks (slow: the sequence-parallel case below lays them
+    # out too)
+    pytest.param("gpt2", 2, 1, 0, 1, False, marks=pytest.mark.slow),
     ("llama", 2, 1, 0, 1, True),    # and sequence parallelism
     ("gpt2", 2, 1, 0, 1, True),     # GPT-2's too: its learned positions added before the sequence is split
     ("llama", 1, 2, 0, 2, False),   # plain replicas, gradient accumulation
@@ -250,7 +252,8 @@ def test_under_torchrun_each_rank_runs_its_part_of_a_plan_at_scale_from_the_comm
     # and tensor x FSDP2 ZeRO 3, recomputing (8 workers: slow; the default suite runs interleaving on two)
     pytest.param("llama", 2, 2, 2, 3, "interleaved-1f1b", 2, "selective", False, marks=pytest.mark.slow),
     ("gpt2", 2, 2, 1, 2, "zb-h1", 1, "full", False),  # zero bubble, its backward split, tied, recomputing
-    ("opt", 2, 2, 1, 1, "1f1b", 1, "none", False),  # OPT's stages (its positions by id, tied ends), tensor ranks
+    # OPT's stages (its positions by id, tied ends) of tensor ranks (slow: the default suite runs OPT's tensor ranks)
+    pytest.param("opt", 2, 2, 1, 1, "1f1b", 1, "none", False, marks=pytest.mark.slow),
     ("llama", 2, 2, 1, 0, "1f1b", 1, "none", True),  # sequence parallel stages: each sends its shard of the sequence
     # GPT-2's, its tied copies whole on both ends (slow: the default suite runs GPT-2's sequence parallelism whole)
     pytest.param("gpt2", 2, 2, 1, 0, "1f1b", 1, "none", True, marks=pytest.mark.slow),
@@ -269,7 +272,7 @@ def test_a_3d_adamw_step_is_the_whole_one(family, pipeline, tensor, data, zero, 
     assert max(run.held_bytes) < whole  # each rank holds a stage (and its share of it)
 
 
-@pytest.mark.parametrize("pipeline", [1, 2])
+@pytest.mark.parametrize("pipeline", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_mixed_precision_step_is_the_whole_autocast_one(pipeline):
     """``precision="bf16-mixed"``: the forward and the loss under bf16 autocast (its loss is not fp32's), the
     parameters and the optimizer's states fp32; one AdamW step, whole or as a GPipe of two stages, within 1e-5 of
