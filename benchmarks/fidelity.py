@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from fidelity_common import fastest_costs, hugging_face_models, spearman, uncertainty
+from fidelity_common import fastest_costs, hugging_face_models, spearman
 from machine import machine_line
 from placed_module_speed import ResidualCNN
 from torch import nn
@@ -50,6 +50,7 @@ from placement_env.graph.model import ComputationGraph
 from placement_env.graph.training import GRAD_SUFFIX, to_training_graph
 from placement_env.runtime.local_cluster import local_cluster
 from placement_env.runtime.measured_step import measure_step
+from placement_env.runtime.pipeline_calibration import uncertainty
 from placement_env.runtime.runtime_overheads import RuntimeOverheads
 from placement_env.runtime.step_calibration import calibrate_step
 

@@ -124,16 +124,6 @@ def fastest_costs(graphs: list[ComputationGraph]) -> ComputationGraph:
     return ComputationGraph(nodes, first.edges(), name=first.name)
 
 
-def uncertainty(rounds: list[float]) -> float:
-    """How far the measured step (the fastest round's) may be off: the gap between the two fastest rounds over the
-    fastest (a machine's noise only slows a round, so the fastest two agree once the minimum is found); infinite
-    with fewer than two rounds."""
-    if len(rounds) < 2:
-        return float("inf")
-    first, second = sorted(rounds)[:2]
-    return (second - first) / first
-
-
 def spearman(a: list[float], b: list[float]) -> float:
     ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
     return float(np.corrcoef(ra, rb)[0, 1]) if len(a) > 1 and np.std(ra) > 0 and np.std(rb) > 0 else float("nan")

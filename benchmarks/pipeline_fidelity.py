@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from fidelity_common import fastest_costs, hugging_face_models, outside_models, spearman, uncertainty
+from fidelity_common import fastest_costs, hugging_face_models, outside_models, spearman
 from machine import machine_line
 
 from baselines.placers import CONTIGUOUS_PLACERS, CONTIGUOUS_RUNTIME_DEFAULTS, search_placers
@@ -58,7 +58,7 @@ from placement_env.plan.layers import placement_of_layers
 from placement_env.plan.module_tree import layer_sequence
 from placement_env.plan.pipeline_plan import plan_from_placement
 from placement_env.runtime.local_cluster import local_cluster
-from placement_env.runtime.pipeline_calibration import calibrate_model, calibrate_pipeline
+from placement_env.runtime.pipeline_calibration import calibrate_model, calibrate_pipeline, uncertainty
 from placement_env.runtime.pipeline_runner import run_pipeline
 from placement_env.runtime.runtime_overheads import RuntimeOverheads
 from placement_env.sim.pipeline import Step
