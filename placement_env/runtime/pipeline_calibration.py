@@ -96,11 +96,11 @@ def message_latency(graph: ComputationGraph, placement: np.ndarray, cluster: Clu
 
 def runtime_overheads(model: nn.Module, inputs: tuple, kwargs: dict, graph: ComputationGraph, cluster: Cluster,
                       *, rounds: int = 3, steps: int = 5, microbatches: Sequence[int] = (1, 2, 4, 8),
-                      on_round: Callable[[], None] | None = None, with_spread: bool = False) -> Any:
+                      on_round: Callable[[], None] | None = None, with_rounds: bool = False) -> Any:
     """``(call_seconds, step_seconds)`` of ``run_pipeline`` on ``model`` (``graph``: its graph): the line through
     (one-stage runner - eager) over ``microbatches``, its slope per computing op of ``graph`` and its intercept
     (each at least 0; each measured value the fastest of ``rounds`` interleaved rounds of ``steps`` steps).
-    ``on_round`` is called after the first round; ``with_spread`` adds each run's measurements as a third value
+    ``on_round`` is called after the first round; ``with_rounds`` adds each run's measurements as a third value
     (``{m: [seconds a round]}``)."""
     one = {m: plan_from_placement(graph, np.zeros(graph.num_nodes, dtype=np.int64), cluster, microbatches=m,
                             schedule="gpipe") for m in microbatches}
@@ -117,7 +117,7 @@ def runtime_overheads(model: nn.Module, inputs: tuple, kwargs: dict, graph: Comp
     slope, intercept = np.polyfit(list(microbatches), extra, 1)
     calls = int(np.count_nonzero(graph.cost > 0))
     found = (max(float(slope), 0.0) / calls, max(float(intercept), 0.0))
-    if with_spread:
+    if with_rounds:
         return (*found, runner)
     return found
 
@@ -235,7 +235,7 @@ def calibrate_model(model: nn.Module, inputs: tuple, kwargs: dict, graph: Comput
                         "all on this machine")
 
     call, step, one_stage = runtime_overheads(model, inputs, kwargs, graph, cluster, rounds=rounds, steps=steps,
-                                              on_round=first_round_done, with_spread=True)
+                                              on_round=first_round_done, with_rounds=True)
     two: dict[int, list[float]] = {m: [] for m in counts}
     for _ in range(rounds):  # interleaved, as the one-stage runs
         for m, plan in plans.items():
