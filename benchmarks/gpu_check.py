@@ -15,9 +15,13 @@ and FSDP2's ZeRO 3) and 2 x 2 x 2 plans. Each runs ``STEPS`` steps; the measured
 peak leaves out ``GpuModel.reserved`` (the CUDA context and NCCL's buffers are not the allocator's bytes).
 
 ``--cpu`` runs a tiny Llama's one-rank plans on a CPU worker and simulates them as if on an H100: it checks the
-script, and its ratios mean nothing. Results are written after each plan (``gpu_check.json``, ``gpu_check.md``
-under ``--out``), so a run cut short keeps what it measured; ``--budget-s`` stops starting plans once that many
-seconds have passed.
+script, and its ratios mean nothing. ``--host`` runs every plan of up to 8 ranks on local gloo workers (one thread
+each, fp32) with a Llama sized for a CPU (``HOST_MODEL``: 4 layers, hidden 256, sequences of 128 tokens) and
+simulates each on this machine's own figures, measured first (``placement_env.runtime.host_model``: the products'
+curve, the memory bandwidth, the gloo link, the cores the ranks share): the 3D plans measured against their
+simulated step on local workers (issue 65 point 4; ``docs/simulator.md``). ``--plans`` names the plans to run
+(``PLANS``' keys). Results are written after each plan (``gpu_check.json``, ``gpu_check.md`` under ``--out``), so a
+run cut short keeps what it measured; ``--budget-s`` stops starting plans once that many seconds have passed.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from machine import machine_line  # benchmarks/ is on the path
 
 from placement_env import Parallelism
 from placement_env.json_files import write_text_atomically
@@ -42,23 +47,26 @@ STEPS, WARMUP = 5, 2
 GLOBAL_BATCH = 8
 MODEL = {"num_hidden_layers": 8, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
          "intermediate_size": 5632, "vocab_size": 32000, "max_position_embeddings": 2048}
+HOST_MODEL = {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 8,
+              "intermediate_size": 704, "vocab_size": 2048, "max_position_embeddings": 128}
+HOST_RANKS = 8
 TINY = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
         "intermediate_size": 128, "vocab_size": 128, "max_position_embeddings": 32}
-PLANS: list[tuple[int, dict]] = [  # (GPUs it needs, the plan's fields)
-    (1, {"microbatches": 1}),
-    (1, {"microbatches": 4}),
-    (1, {"microbatches": 1, "recompute": "full"}),
-    (1, {"microbatches": 1, "recompute": "selective"}),
-    (2, {"tensor": 2, "microbatches": 1}),
-    (2, {"pipeline": 2, "microbatches": 4}),
-    (2, {"data": 2, "zero": 1, "microbatches": 1}),
-    (2, {"data": 2, "zero": 3, "microbatches": 1}),
-    (4, {"tensor": 2, "pipeline": 2, "microbatches": 4}),
-    (4, {"tensor": 2, "data": 2, "zero": 2, "sequence_parallel": True, "microbatches": 1}),
-    (8, {"tensor": 2, "pipeline": 2, "data": 2, "zero": 2, "microbatches": 2}),
-    (8, {"tensor": 2, "pipeline": 2, "data": 2, "zero": 1, "microbatches": 2, "schedule": "interleaved-1f1b",
-         "virtual_stages": 2}),
-]
+PLANS: dict[str, dict] = {  # a short name (--plans) for each plan's fields
+    "whole": {"microbatches": 1},
+    "m4": {"microbatches": 4},
+    "full": {"microbatches": 1, "recompute": "full"},
+    "selective": {"microbatches": 1, "recompute": "selective"},
+    "t2": {"tensor": 2, "microbatches": 1},
+    "p2": {"pipeline": 2, "microbatches": 4},
+    "d2-zero1": {"data": 2, "zero": 1, "microbatches": 1},
+    "d2-zero3": {"data": 2, "zero": 3, "microbatches": 1},
+    "t2p2": {"tensor": 2, "pipeline": 2, "microbatches": 4},
+    "t2d2-sp": {"tensor": 2, "data": 2, "zero": 2, "sequence_parallel": True, "microbatches": 1},
+    "2x2x2": {"tensor": 2, "pipeline": 2, "data": 2, "zero": 2, "microbatches": 2},
+    "2x2x2-interleaved": {"tensor": 2, "pipeline": 2, "data": 2, "zero": 1, "microbatches": 2,
+                          "schedule": "interleaved-1f1b", "virtual_stages": 2},
+}
 
 
 def gpu_name(device_name: str, total_bytes: int) -> str:
@@ -112,20 +120,44 @@ def markdown(header: list[str], rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for gpu_check.json and gpu_check.md")
-    parser.add_argument("--cpu", action="store_true", help="a tiny model on CPU workers (checks the script only)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--cpu", action="store_true", help="a tiny model on CPU workers (checks the script only)")
+    mode.add_argument("--host", action="store_true", help="a CPU-sized model on local workers, simulated on this "
+                      "machine's measured figures")
     parser.add_argument("--budget-s", type=float, default=420.0, help="start no plan after this many seconds")
     parser.add_argument("--max-plans", type=int, default=len(PLANS), help="run at most this many plans")
+    parser.add_argument("--plans", default=",".join(PLANS), help=f"the plans to run, of {', '.join(PLANS)}")
     args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.plans.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in PLANS]
+    if unknown or not chosen:
+        print(f"error: unknown plan {(unknown[0] if unknown else args.plans)!r}; known: {', '.join(PLANS)}",
+              file=sys.stderr)
+        return 2
     started = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.cpu:
+    precision, host = "bf16-mixed", None
+    if args.host:
+        from placement_env.runtime.host_model import PRODUCT_SIZES, fit_products, host_cluster, measure_host
+
+        host = measure_host()
+        config, sequence, devices, gpus, kind, precision = HOST_MODEL, 128, None, HOST_RANKS, "", "fp32"
+        product_peak, d0 = fit_products(PRODUCT_SIZES, host.product_flops)
+        header = [f"the plans on local gloo workers (one thread each, fp32), simulated on this host's figures: "
+                  f"{machine_line().removeprefix('machine: ')}; products {product_peak / 1e9:.1f} "
+                  f"GFLOP/s at large sizes, d0 {d0:.0f}; element-wise {host.memory_bandwidth / 1e9:.1f} GB/s; with "
+                  f"every core busy, {host.busy_product_flops / 1e9:.1f} GFLOP/s and "
+                  f"{host.busy_memory_bandwidth / 1e9:.1f} GB/s a worker; gloo "
+                  f"link {host.link_latency * 1e6:.0f} us, {host.link_bandwidth / 1e9:.2f} GB/s"]
+    elif args.cpu:
         config, sequence, devices, gpus, kind = TINY, 32, None, 1, "h100-80gb"
         header = ["GPU check, dry run on CPU workers (a tiny model simulated as if on an H100: the ratios mean "
                   "nothing)"]
     else:
         if not torch.cuda.is_available():
-            print("error: no CUDA device (give --cpu for a dry run on CPU workers)", file=sys.stderr)
+            print("error: no CUDA device (give --cpu for a dry run on CPU workers, --host for the host model)",
+                  file=sys.stderr)
             return 2
         properties = torch.cuda.get_device_properties(0)
         try:
@@ -138,12 +170,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"as {kind}; torch {torch.__version__}, CUDA {torch.version.cuda}"]
     print(header[0], flush=True)
     model = llama(config)
-    shape = shape_from_config(config, sequence=sequence, name="Llama 0.45B" if not args.cpu else "tiny Llama")
-    cluster = GpuCluster(GPUS[kind], gpus, per_node=gpus)
+    name = "Llama 0.45B" if config is MODEL else "tiny Llama" if config is TINY else "Llama 4 x 256"
+    shape = shape_from_config(config, sequence=sequence, name=name)
+
+    def cluster_of(ranks: int) -> GpuCluster:
+        return host_cluster(host, ranks) if host is not None else GpuCluster(GPUS[kind], gpus, per_node=gpus)
+
     ids = torch.randint(0, config["vocab_size"], (GLOBAL_BATCH, sequence), generator=torch.Generator().manual_seed(1))
     rows: list[dict] = []
-    for _, fields in [plan for plan in PLANS if plan[0] <= gpus][:args.max_plans]:
-        p = Parallelism(**fields)
+    plans = [Parallelism(**PLANS[name]) for name in chosen]
+    for p in [p for p in plans if p.devices <= gpus][:args.max_plans]:
+        cluster = cluster_of(p.devices)
         step = simulate_scale(shape, p, cluster, GLOBAL_BATCH, flash_attention=True, overlap=p.zero >= 2)
         row: dict[str, Any] = {"plan": p.describe(), "gpus": p.devices, "simulated_ms": step.seconds * 1e3,
                "simulated_peak_gib": (float(step.peak_memory.max()) - cluster.gpu.reserved) / 2**30}
@@ -153,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 run = run_parallel(model, (), p, steps=STEPS, example_kwargs={"input_ids": ids}, targets=ids,
                                    loss_fn=causal_lm_loss, optimizer=adamw, devices=devices,
-                                   precision="bf16-mixed")
+                                   precision=precision)
             except (RuntimeError, ValueError) as error:  # out of memory, a rank that died: recorded, the rest run
                 row["error"] = str(error).splitlines()[0][:200]
             else:

@@ -36,7 +36,7 @@ def test_without_cuda_the_check_says_so_in_one_line(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path)],
                          capture_output=True, text=True, cwd=ROOT, check=False, timeout=300)
     assert run.returncode == 2 and run.stderr.strip().splitlines() == [
-        "error: no CUDA device (give --cpu for a dry run on CPU workers)"]
+        "error: no CUDA device (give --cpu for a dry run on CPU workers, --host for the host model)"]
 
 
 @pytest.mark.slow  # a model and a worker: the default suite checks the refusal and the names
@@ -52,3 +52,17 @@ def test_the_script_s_dry_run_goes_the_whole_way(tmp_path):
     assert row["simulated_ms"] > 0 and row["memory_ratio"] is None and len(row["losses"]) == 5
     assert "1 plans measured" in (tmp_path / "gpu_check.md").read_text()
     assert (tmp_path / "gpu_check.log").read_text().startswith("GPU check, dry run")
+
+
+@pytest.mark.slow  # the host's figures measured, then a plan on two workers
+def test_the_host_mode_simulates_plans_on_the_host_s_own_figures(tmp_path):
+    """``--host``: this machine's figures measured first (in the header), a two-rank plan run on local workers in
+    fp32 and simulated on them; its ratio is a real one (within a factor of 3 on any host: the products dominate)."""
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--host", "--plans",
+                          "t2", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, check=False,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr + run.stdout
+    written = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert "simulated on this host's figures" in written["header"][0] and "GFLOP/s" in written["header"][0]
+    (row,) = written["rows"]
+    assert row["plan"].startswith("t2 x p1 x d1") and 1 / 3 < row["time_ratio"] < 3
