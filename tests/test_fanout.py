@@ -81,6 +81,7 @@ def test_bad_fanout_settings_are_refused_before_any_run(tmp_path, capsys, args, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # the default suite holds the jobs' outcomes everywhere (above) and the experiments' workers below
 def test_experiment_runs_give_the_same_results_in_process_in_workers_and_on_ray(tmp_path, ray_local):
     """Step-limited PPO runs (--timesteps): the same curve, placement and numbers wherever they train (the guided
     search's annealing is timed, so its runs differ from one run to the next anyway)."""
@@ -97,7 +98,7 @@ def test_experiment_runs_give_the_same_results_in_process_in_workers_and_on_ray(
     assert len(records[0][0][0]["curve"]) > 1  # the policy moved: a comparison of something
 
 
-@pytest.mark.slow  # the experiments' fan-out is held the same way in the default suite (above)
+@pytest.mark.slow  # the experiments' fan-out is held the same way (above), in the slow suite too
 def test_benchmark_and_pretraining_give_the_same_results_however_they_fan_out(tmp_path, ray_local):
     cells = [Cell("synthetic/1", 2), Cell("synthetic/2", 3)]
     tables = []
@@ -153,6 +154,7 @@ def assert_cache_consistent(out: Path) -> int:
     return len(files)
 
 
+@pytest.mark.slow  # the default suite runs a killed worker's job again (above) and stops experiments' workers below
 def test_a_killed_worker_leaves_no_half_run_and_the_experiment_goes_on(tmp_path):
     out = tmp_path / "out"
     proc = start_experiment(out)
