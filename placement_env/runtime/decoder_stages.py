@@ -2,13 +2,15 @@
 parameters are called in the whole model, and which parameters two stages share (tied embeddings).
 
 Tracing (``torch.distributed.pipelining.pipeline``) does not take a model whose layers tensor parallelism has
-made DTensors; a stage built from the model's own modules does. Three layouts of transformers' causal LMs are
+made DTensors; a stage built from the model's own modules does. Seven layouts of transformers' causal LMs are
 known (:data:`LAYOUTS`): the Llama family (``model.embed_tokens``, ``model.layers``, rotary position embeddings
 ``model.rotary_emb``, ``model.norm``; Mistral, Qwen2, ... have it too), GPT-2 (``transformer.wte``, learned positions
-``transformer.wpe``, ``transformer.drop``, ``transformer.h``, ``transformer.ln_f``) and OPT
+``transformer.wpe``, ``transformer.drop``, ``transformer.h``, ``transformer.ln_f``), OPT
 (``model.decoder.embed_tokens``, learned positions ``embed_positions`` called with the position ids, the optional
-``project_in`` and ``project_out``, ``layers``, ``final_layer_norm``, which OPT-350m has not), each with ``lm_head``.
-Attention is causal (transformers' SDPA path without a mask: ``is_causal``).
+``project_in`` and ``project_out``, ``layers``, ``final_layer_norm``, which OPT-350m has not), GPT-NeoX, GPT-J, Phi
+and Falcon (rotary, under their own names), each with ``lm_head``. Attention is causal (transformers' SDPA path
+without a mask: ``is_causal``). A stage runs the layers alone: :func:`check_stages` refuses a model whose own
+forward does more (scaled or soft-capped logits) by running the stages against it before any worker starts.
 
 A tied output layer (GPT-2's ``lm_head`` is ``wte``) lives on the first stage and on the last: each stage holds its
 copy, and the copies' gradients are summed over the stages that hold them before the optimizer steps
@@ -44,7 +46,15 @@ class DecoderLayout:
 LAYOUTS = (DecoderLayout("model", "embed_tokens", "layers", "norm", rotary="rotary_emb"),
            DecoderLayout("transformer", "wte", "h", "ln_f", positions="wpe", dropout="drop"),
            DecoderLayout("model.decoder", "embed_tokens", "layers", "final_layer_norm", positions="embed_positions",
-                         project_in="project_in", project_out="project_out"))
+                         project_in="project_in", project_out="project_out"),
+           DecoderLayout("gpt_neox", "embed_in", "layers", "final_layer_norm", rotary="rotary_emb",
+                         dropout="emb_dropout"),
+           DecoderLayout("transformer", "wte", "h", "ln_f", rotary="rotary_emb", dropout="drop"),
+           DecoderLayout("model", "embed_tokens", "layers", "final_layernorm", rotary="rotary_emb",
+                         dropout="embed_dropout"),
+           DecoderLayout("transformer", "word_embeddings", "h", "ln_f", rotary="rotary_emb"))
+"""The Llama family (Mistral, Qwen, Gemma, ...), GPT-2, OPT, GPT-NeoX (Pythia), GPT-J, Phi and Falcon, in the order
+they are tried (GPT-2's learned positions tell it from GPT-J)."""
 
 
 def decoder_base(model: Any, layout: DecoderLayout) -> Any:
@@ -116,6 +126,7 @@ class DecoderStage(torch.nn.Module):
         self.norm = getattr(base, layout.norm) if is_last else None  # None too where the model has none
         self.project_out = getattr(base, layout.project_out, None) if is_last and layout.project_out else None
         self.lm_head = model.lm_head if is_last else None
+        self.config = getattr(model, "config", None)  # its tensor-parallel plan (base_model_tp_plan) names layers.*
         whole = {id(q): name for name, q in model.named_parameters()}
         self.whole_names = {name: whole[id(q)] for name, q in self.named_parameters(remove_duplicate=False)}
 
@@ -150,6 +161,42 @@ class DecoderStage(torch.nn.Module):
         return self.whole_names[name]
 
 
+def check_stages(model: Any, chunks: int, tokens: Any, length: int = 16) -> None:
+    """Refuse, naming the model, a decoder that ``chunks`` :class:`DecoderStage` s would not compute as its own
+    forward does: the stages run in turn (in eval mode, without gradients) on the first ``length`` tokens of the
+    first sequence of ``tokens`` must give the logits of ``model(input_ids=...)`` within 1e-4 of their largest
+    magnitude. A stage runs the layers alone, so a forward that does more than its layers (Gemma 2's soft-capped
+    logits, Granite's embedding and logit multipliers, Cohere's logit scale) or layers called otherwise (Gemma 3's
+    rotary embeddings by layer type) would train another model silently. ``ValueError`` then; nothing otherwise."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
+        raise ValueError("a decoder's pipeline takes token ids of shape (batch, sequence) (input_ids), got "
+                         f"{type(tokens).__name__ if not isinstance(tokens, torch.Tensor) else tuple(tokens.shape)}")
+    sample = tokens[:1, :length]
+    modes = {module: module.training for module in model.modules()}
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(input_ids=sample)
+            expected = out.logits if hasattr(out, "logits") else out[0] if isinstance(out, tuple) else out
+            hidden = sample
+            try:
+                for c, (first, end) in enumerate(stage_layers(decoder_layers(model), chunks)):
+                    hidden = DecoderStage(model, first, end, c == 0, c == chunks - 1)(hidden)
+            except Exception as error:  # noqa: BLE001 (any failure of the model's own layers, named)
+                raise ValueError(f"model {type(model).__name__}: its layers cannot be run as pipeline stages "
+                                 f"({type(error).__name__}: {str(error).splitlines()[0][:200]})") from None
+    finally:
+        for module, training in modes.items():
+            module.train(training)
+    scale = float(expected.abs().max()) if expected.numel() else 0.0
+    if hidden.shape != expected.shape or not torch.allclose(hidden, expected, rtol=0.0, atol=1e-4 * max(1.0, scale)):
+        difference = float((hidden - expected).abs().max()) if hidden.shape == expected.shape else float("inf")
+        raise ValueError(f"model {type(model).__name__}: its forward does more than its layers (e.g. scaled or "
+                         f"soft-capped logits), so pipeline stages cut from them would compute other logits (largest "
+                         f"difference {difference:.3g} of {scale:.3g}); run its pipeline with run_pipeline, which "
+                         "traces the model's own forward")
+
+
 def shared_parameters(model: Any, stages: int) -> dict[str, tuple[int, ...]]:
     """The whole model's parameters that more than one of ``stages`` stages hold (a tied output layer: GPT-2's
     ``lm_head`` is ``wte``), each with the stages holding it, in order."""
@@ -162,5 +209,6 @@ def shared_parameters(model: Any, stages: int) -> dict[str, tuple[int, ...]]:
     return {name: tuple(held) for name, held in holders.items() if len(held) > 1}
 
 
-__all__ = ["LAYOUTS", "DecoderLayout", "DecoderStage", "decoder_base", "decoder_layers", "decoder_layout", "is_decoder",
+__all__ = ["LAYOUTS", "DecoderLayout", "DecoderStage", "check_stages",
+           "decoder_base", "decoder_layers", "decoder_layout", "is_decoder",
            "shared_parameters", "stage_layers"]

@@ -7,16 +7,22 @@ Each of the ``t x S x d`` ranks is one process on a ``(pp, dp, tp)`` ``DeviceMes
 on ``cuda:LOCAL_RANK`` with ``devices="cuda"``). Its ranks: tensor ranks neighbours, then data, then pipeline
 (Megatron-LM's order and the simulator's ``tp-dp-pp``):
 
-* pipeline ranks (a decoder of transformers' Llama family, GPT-2 or OPT): the model cut by hand into ``S x v`` chunks
-  of consecutive layers (:class:`~placement_env.runtime.decoder_stages.DecoderStage`, the first with the embeddings,
-  the last with the final norm and the output layer), chunk ``c`` on pipeline rank ``c mod S``, each a
+* pipeline ranks (a decoder of a layout of :data:`~placement_env.runtime.decoder_stages.LAYOUTS`: transformers'
+  Llama family, GPT-2, OPT, GPT-NeoX, GPT-J, Phi, Falcon; its stages checked against its own forward before any
+  worker starts, :func:`~placement_env.runtime.decoder_stages.check_stages`): the model cut by hand into ``S x v``
+  chunks of consecutive layers (:class:`~placement_env.runtime.decoder_stages.DecoderStage`, the first with the
+  embeddings, the last with the final norm and the output layer), chunk ``c`` on pipeline rank ``c mod S``, each a
   ``PipelineStage`` run by the plan's schedule (torch's ``Schedule1F1B``, ``ScheduleGPipe``,
   ``ScheduleInterleaved1F1B``, ``ScheduleInterleavedZeroBubble``: :data:`~placement_env.parallelism.SCHEDULES`);
   a tied output layer's copies on the first and last chunks have their gradients summed; with sequence
   parallelism a stage sends its tensor rank's shard of the sequence;
 * tensor parallelism by ``torch.distributed.tensor.parallel.parallelize_module``: ``ColwiseParallel`` and
   ``RowwiseParallel`` on the modules of the model's own tensor-parallel plan (``config.base_model_tp_plan``, as
-  transformers ships it for Llama, Mistral, ...), or of one derived from module names (:func:`tensor_plan`:
+  transformers ships it for Llama, Mistral, Qwen, Gemma, Phi-3, GPT-NeoX, GPT-J, ...: its ``colwise``, ``rowwise``,
+  ``colwise_gather_output``, ``rowwise_split_input`` and ``embedding_rowwise`` entries, and
+  ``replicated_with_grad_allreduce`` modules kept whole with their gradients summed over the tensor ranks:
+  :data:`~placement_env.runtime.tensor_plans.SHIPPED_STYLES`; a tied embedding and output layer that the plan
+  splits alike stay one parameter), or of one derived from module names (:func:`tensor_plan`:
   ``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj``, ``up_proj``, ``query``, ``key``, ``value``, ``fc1``, ``c_fc``
   and GPT-2's fused ``c_attn`` split by columns; ``o_proj``, ``down_proj``, ``fc2``, ``c_proj`` by rows). GPT-2's
   ``Conv1D`` layers become ``nn.Linear`` first, its fused query-key-value layer laid out head-major for the ``t``
@@ -40,9 +46,12 @@ What it reports (:class:`ParallelRun`): each step's seconds (the slowest rank's,
 rank's parameter bytes held (what the sharding leaves it), on CUDA each rank's peak of allocated bytes
 (``torch.cuda.max_memory_allocated``), and the parameters after the steps, whole, by name.
 With ``sequence_parallel``, the norms of a Llama-family or GPT-2 decoder run on their shard of the sequence
-(:func:`~placement_env.runtime.tensor_plans.sequence_plan`). Not run here, each refused by name: a pipeline of
-another model (run it with :func:`~placement_env.runtime.pipeline_runner.run_pipeline`), sequence parallelism on a
-model not named as a Llama or a GPT-2.
+(:func:`~placement_env.runtime.tensor_plans.sequence_plan`; an FFN the plan keeps whole, Mixtral's experts, takes
+the whole sequence and gives back its shard). Not run here, each refused by name before any worker starts: a
+pipeline of another model, or of a decoder whose own forward does more than its layers (Gemma 2's soft-capped
+logits, Granite's and Cohere's scales; run it with :func:`~placement_env.runtime.pipeline_runner.run_pipeline`),
+sequence parallelism on a model not named as a Llama or a GPT-2 (GPT-NeoX, GPT-J, OLMo 2), a plan entry of
+another kind (``packed_colwise``, expert parallelism).
 """
 
 from __future__ import annotations
@@ -71,13 +80,28 @@ from torch.distributed.tensor.parallel import parallelize_module
 
 from placement_env.parallelism import SCHEDULES, Parallelism
 
-from .decoder_stages import DecoderStage, decoder_layers, is_decoder, shared_parameters, stage_layers
+from .decoder_stages import (
+    DecoderStage,
+    check_stages,
+    decoder_layers,
+    is_decoder,
+    shared_parameters,
+    stage_layers,
+)
 from .fused_layers import conv1d_modules, linear_layers
 from .local_workers import check_local_workers, heartbeat, run_on_local_workers
 from .losses import sum_of_outputs
 from .portable import portable
 from .recomputation import layers_of, recompute_layers
-from .tensor_plans import check_splits, local_heads, sequence_plan, tensor_plan
+from .tensor_plans import (
+    check_splits,
+    check_ties,
+    local_heads,
+    retie,
+    sequence_plan,
+    summed_gradient_modules,
+    tensor_plan,
+)
 
 
 @dataclass(frozen=True)
@@ -153,9 +177,10 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
     if p.pipeline > 1:
         if not is_decoder(model):
             raise ValueError(f"a pipeline of {p.pipeline} ranks: run_parallel cuts a decoder of transformers' Llama "
-                             f"family, GPT-2 or OPT into stages (model.layers, transformer.h or model.decoder.layers, "
-                             f"their embeddings, final norm and lm_head); model {type(model).__name__} is not one: "
-                             "run its pipeline with run_pipeline")
+                             f"family, GPT-2, OPT, GPT-NeoX, GPT-J, Phi or Falcon into stages (model.layers, "
+                             f"transformer.h, model.decoder.layers or gpt_neox.layers, their embeddings, final norm "
+                             f"and lm_head); model {type(model).__name__} is not one: run its pipeline with "
+                             "run_pipeline")
         layers = decoder_layers(model)
         if p.chunks > layers:
             raise ValueError(f"{p.chunks} pipeline chunks ({p.pipeline} ranks x {p.virtual_stages}) for {layers} "
@@ -168,6 +193,8 @@ def run_parallel(model: torch.nn.Module, example_inputs: Sequence[Any] | Any, pa
                  None)
     if batch is not None:
         p.check_batch(batch)
+    if p.pipeline > 1:  # the stages cut by hand must compute what the model's own forward does
+        check_stages(model, p.chunks, kwargs.get("input_ids", args[0] if args else None))
     if p.tensor > 1:  # a module it cannot split is refused here, before any worker starts
         probe = model
         if conv1d_modules(model):
@@ -252,6 +279,17 @@ def _local(value: Any) -> Any:
     return value.to_local() if isinstance(value, DTensor) else value
 
 
+def _local_grad(q: torch.Tensor) -> torch.Tensor:
+    """This rank's part of ``q``'s gradient, laid out as ``q`` is: a DTensor gradient that autograd left in another
+    layout (a sequence-parallel embedding's, pending a sum over the tensor ranks) is made ``q``'s first, in place of
+    the old, so that reductions and a sharded optimizer see each rank's shard of the whole gradient."""
+    grad = q.grad
+    if isinstance(grad, DTensor) and isinstance(q, DTensor) and tuple(grad.placements) != tuple(q.placements):
+        grad = grad.redistribute(q.device_mesh, q.placements)
+        q.grad = grad
+    return _local(grad)
+
+
 def run_rank(rank: int, world: int, job: _Job) -> dict:
     """Rank ``rank``'s part of :func:`run_parallel` in an initialised gloo group of ``world`` processes: pipeline
     rank ``s``, replica ``r`` and tensor rank ``rank mod t`` of the ``(pp, dp, tp)`` mesh, holding chunks ``s``,
@@ -273,13 +311,17 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
         bounds = stage_layers(decoder_layers(model), chunks)
         modules = [DecoderStage(model, *bounds[c], c == 0, c == chunks - 1) for c in range(s, chunks, p.pipeline)]
     tied = _tied_groups(shared, modules, rank, p)
+    summed: list[torch.nn.Module] = []  # kept whole on each tensor rank, their gradients summed over the ranks
     for module in modules:
         if p.tensor > 1:
             if p.sequence_parallel and isinstance(module, DecoderStage):
                 module.sequence_mesh = mesh["tp"]
-            parallelize_module(module, mesh["tp"], sequence_plan(module) if p.sequence_parallel else
-                               tensor_plan(module))
-            local_heads(module, p.tensor)
+            plan = sequence_plan(module) if p.sequence_parallel else tensor_plan(module)
+            ties = check_ties(module, plan)
+            parallelize_module(module, mesh["tp"], plan)
+            retie(module, ties)  # a tied embedding and output layer split alike: one parameter again
+            local_heads(module, p.tensor, plan)
+            summed += [module.get_submodule(name) for name in summed_gradient_modules(module)]
         recompute_layers(module, p.recompute)
         if p.zero >= 2:
             for layer in layers_of(module):
@@ -347,17 +389,19 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
                     loss = loss_fn(output, _share(targets, j, m)) / m
                 loss.backward()
                 total += float(loss.detach().float())
+        for q in [q for module in summed for q in module.parameters() if q.grad is not None]:
+            dist.all_reduce(_local_grad(q), group=mesh["tp"].get_group())
         if p.zero <= 1 and p.data > 1:  # plain replicas: their gradients averaged over the data ranks
             for q in parameters:
                 if q.grad is not None:
-                    dist.all_reduce(_local(q.grad), group=mesh["dp"].get_group())
-                    _local(q.grad).div_(p.data)
+                    dist.all_reduce(_local_grad(q), group=mesh["dp"].get_group())
+                    _local_grad(q).div_(p.data)
         for index, local_name, group in tied:  # a tied parameter's copies: their gradients summed over their ranks
-            grad = dict(modules[index].named_parameters())[local_name].grad
-            if grad is not None:
-                dist.all_reduce(_local(grad), group=group)
+            q = dict(modules[index].named_parameters())[local_name]
+            if q.grad is not None:
+                dist.all_reduce(_local_grad(q), group=group)
         for shadow, q in zip(shadows, parameters if shadows else [], strict=True):  # ZeRO 1's plain parameters
-            shadow.grad = _local(q.grad) if q.grad is not None else None
+            shadow.grad = _local_grad(q) if q.grad is not None else None
         if optimizer is not None:
             optimizer.step()
             optimizer.zero_grad()
