@@ -59,9 +59,11 @@ def batch():
     # a tied embedding and output layer, both split by vocabulary rows under sequence parallelism: one parameter
     ("gemma", Parallelism(tensor=2, sequence_parallel=True)),
     # Mixtral's plan splits the attention, not the experts: the FFN takes the whole sequence, gives its shard back
-    ("mixtral", Parallelism(tensor=2, sequence_parallel=True)),
+    # (slow, as the two below: the default suite checks its sequence plan, and GPT-NeoX's stages against its own
+    # forward, without workers)
+    pytest.param("mixtral", Parallelism(tensor=2, sequence_parallel=True), marks=pytest.mark.slow),
     # GPT-NeoX's layout cut into pipeline stages (its rotary embeddings under their own names)
-    ("neox", Parallelism(pipeline=2, microbatches=2)),
+    pytest.param("neox", Parallelism(pipeline=2, microbatches=2), marks=pytest.mark.slow),
     # the model's own plan gathers Phi-3's fused layers' outputs and splits the next one's inputs (slow: four kinds
     # of plan entry, two of them checked without workers below)
     pytest.param("phi3", Parallelism(tensor=2), marks=pytest.mark.slow),
@@ -107,6 +109,8 @@ def test_the_model_s_own_plan_is_taken_kind_by_kind():
 def test_what_its_stages_or_plans_would_compute_wrong_is_refused_before_any_worker_starts():
     ids = batch()
     check_stages(decoder("gemma"), 2, ids)  # its scaled embedding is its embedding module's own: the stages agree
+    for family in ("neox", "gptj"):  # their layouts' stages compute what their forwards do
+        check_stages(decoder(family), 2, ids)
     with pytest.raises(ValueError, match="model Gemma2ForCausalLM: its forward does more than its layers"):
         run_parallel(decoder("gemma2"), (), Parallelism(pipeline=2, microbatches=2), example_kwargs={"input_ids": ids})
     with pytest.raises(ValueError, match=r"model Gemma3ForCausalLM: its layers cannot be run as pipeline stages "

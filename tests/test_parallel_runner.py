@@ -318,3 +318,25 @@ def test_recomputation_keeps_less_for_the_backward_and_ends_the_same_step():
             torch.testing.assert_close(grads[recompute][name], grad, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="unknown recompute 'some'"):
         recompute_layers(tiny_llama(), "some")
+
+
+def test_gradients_averaged_in_buckets_come_back_to_their_own_tensors(monkeypatch, tmp_path):
+    """``average_gradients`` packs consecutive gradients of one dtype into buckets (here of 64 bytes), one
+    all-reduce each, and unpacks each back into its own tensor; in a group of one process the sum is the tensor
+    itself, so averaging over ``ranks=2`` halves every element, across bucket edges and a change of dtype."""
+    import torch.distributed as dist
+
+    from placement_env.runtime import parallel_runner
+
+    monkeypatch.setattr(parallel_runner, "BUCKET_BYTES", 64)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        grads = [torch.arange(n, dtype=dtype) + 1.0 for n, dtype in
+                 ((3, torch.float32), (10, torch.float32), (20, torch.float32), (2, torch.float64), (5, torch.float32))]
+        expected = [g / 2 for g in grads]
+        parallel_runner.average_gradients(grads, None, 2)
+    finally:
+        dist.destroy_process_group()
+    for got, want in zip(grads, expected, strict=True):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)

@@ -28,7 +28,8 @@ on ``cuda:LOCAL_RANK`` with ``devices="cuda"``). Its ranks: tensor ranks neighbo
   ``Conv1D`` layers become ``nn.Linear`` first, its fused query-key-value layer laid out head-major for the ``t``
   ranks (:func:`~placement_env.runtime.fused_layers.linear_layers`; the parameters are reported in the model's own
   layout). A module it cannot split, or whose width or heads ``t`` does not divide, is refused by name;
-* the data-parallel ranks each take ``1 / d`` of the batch: ZeRO 0 all-reduces the gradients (averaged), ZeRO 1
+* the data-parallel ranks each take ``1 / d`` of the batch: ZeRO 0 all-reduces the gradients (averaged, in buckets
+  of :data:`BUCKET_BYTES` as DDP packs them), ZeRO 1
   shards the optimizer's states (``ZeroRedundancyOptimizer``, over each tensor rank's local shards: it takes no
   DTensor, so it steps plain parameters sharing their storage), ZeRO 2 and 3 shard gradients and parameters with
   FSDP2 (``fully_shard`` each layer and the model, ``reshard_after_forward`` False for 2, True for 3);
@@ -279,6 +280,34 @@ def _local(value: Any) -> Any:
     return value.to_local() if isinstance(value, DTensor) else value
 
 
+BUCKET_BYTES = 25 * 2**20
+"""Bytes of gradients the data ranks average in one all-reduce (DDP's default bucket, ``bucket_cap_mb=25``)."""
+
+
+def average_gradients(grads: list[torch.Tensor], group: Any, ranks: int) -> None:
+    """Average ``grads`` in place over the ``ranks`` processes of ``group``: consecutive gradients of one dtype and
+    device packed into buckets of up to :data:`BUCKET_BYTES`, one all-reduce a bucket (a collective a tensor pays
+    its latency tens of times over on a model's many small norms and biases)."""
+    buckets: list[list[torch.Tensor]] = []
+    held = 0
+    for grad in grads:
+        size = grad.numel() * grad.element_size()
+        if not buckets or held + size > BUCKET_BYTES or (grad.dtype, grad.device) != (buckets[-1][0].dtype,
+                                                                                      buckets[-1][0].device):
+            buckets.append([])
+            held = 0
+        buckets[-1].append(grad)
+        held += size
+    for bucket in buckets:
+        flat = torch.cat([g.reshape(-1) for g in bucket])
+        dist.all_reduce(flat, group=group)
+        flat.div_(ranks)
+        offset = 0
+        for g in bucket:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+
 def _local_grad(q: torch.Tensor) -> torch.Tensor:
     """This rank's part of ``q``'s gradient, laid out as ``q`` is: a DTensor gradient that autograd left in another
     layout (a sequence-parallel embedding's, pending a sum over the tensor ranks) is made ``q``'s first, in place of
@@ -391,11 +420,9 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
                 total += float(loss.detach().float())
         for q in [q for module in summed for q in module.parameters() if q.grad is not None]:
             dist.all_reduce(_local_grad(q), group=mesh["tp"].get_group())
-        if p.zero <= 1 and p.data > 1:  # plain replicas: their gradients averaged over the data ranks
-            for q in parameters:
-                if q.grad is not None:
-                    dist.all_reduce(_local_grad(q), group=mesh["dp"].get_group())
-                    _local_grad(q).div_(p.data)
+        if p.zero <= 1 and p.data > 1:  # plain replicas: their gradients averaged over the data ranks, in buckets
+            average_gradients(  # as DDP does
+                [_local_grad(q) for q in parameters if q.grad is not None], mesh["dp"].get_group(), p.data)
         for index, local_name, group in tied:  # a tied parameter's copies: their gradients summed over their ranks
             q = dict(modules[index].named_parameters())[local_name]
             if q.grad is not None:
@@ -425,4 +452,5 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
             "peak": peak}
 
 
-__all__ = ["PRECISIONS", "ParallelRun", "run_parallel", "sequence_plan", "tensor_plan"]
+__all__ = ["BUCKET_BYTES", "PRECISIONS", "ParallelRun", "average_gradients", "run_parallel", "sequence_plan",
+           "tensor_plan"]
