@@ -1,5 +1,5 @@
 """The data-parallel gradient average of ``run_parallel``, one all-reduce a parameter against DDP-style buckets
-(``placement_env.runtime.parallel_runner.average_gradients``), interleaved in one run on local gloo workers.
+(``placement_env.runtime.gradient_reduction.average_gradients``), interleaved in one run on local gloo workers.
 
     python benchmarks/gradient_buckets.py [--ranks 2] [--rounds 7]
 
@@ -24,7 +24,7 @@ def _worker(rank: int, world: int, rounds: int) -> dict[str, list[float]]:
     import torch.distributed as dist
     from gpu_check import HOST_MODEL, llama  # in the worker: its own interpreter loads them
 
-    from placement_env.runtime.parallel_runner import average_gradients  # in the worker, as above
+    from placement_env.runtime.gradient_reduction import average_gradients  # in the worker, as above
 
     grads = [torch.randn_like(q) for q in llama(HOST_MODEL).parameters()]
     group = dist.group.WORLD

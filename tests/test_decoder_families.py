@@ -53,30 +53,33 @@ def batch():
     return torch.randint(0, VOCAB, (BATCH, SEQUENCE), generator=torch.Generator().manual_seed(1))
 
 
-@pytest.mark.parametrize(("family", "p"), [
-    # Qwen 3's own plan keeps its per-head norms whole on each tensor rank: their gradients summed over the ranks
-    ("qwen3", Parallelism(tensor=2)),
-    # a tied embedding and output layer, both split by vocabulary rows under sequence parallelism: one parameter
-    ("gemma", Parallelism(tensor=2, sequence_parallel=True)),
+@pytest.mark.parametrize(("family", "extra", "p"), [
+    # Qwen 3's own plan keeps its per-head norms whole on each tensor rank, their gradients summed over the ranks;
+    # with its output layer tied to its embedding, both split by vocabulary rows under sequence parallelism: one
+    # parameter (the default suite's one run of the other decoders: removing the sum, or the tie, fails it)
+    ("qwen3", {"tie_word_embeddings": True}, Parallelism(tensor=2, sequence_parallel=True)),
+    pytest.param("qwen3", {}, Parallelism(tensor=2), marks=pytest.mark.slow),
+    # Gemma's tie, its embedding scaled inside its embedding module
+    pytest.param("gemma", {}, Parallelism(tensor=2, sequence_parallel=True), marks=pytest.mark.slow),
     # Mixtral's plan splits the attention, not the experts: the FFN takes the whole sequence, gives its shard back
     # (slow, as the two below: the default suite checks its sequence plan, and GPT-NeoX's stages against its own
     # forward, without workers)
-    pytest.param("mixtral", Parallelism(tensor=2, sequence_parallel=True), marks=pytest.mark.slow),
+    pytest.param("mixtral", {}, Parallelism(tensor=2, sequence_parallel=True), marks=pytest.mark.slow),
     # GPT-NeoX's layout cut into pipeline stages (its rotary embeddings under their own names)
-    pytest.param("neox", Parallelism(pipeline=2, microbatches=2), marks=pytest.mark.slow),
+    pytest.param("neox", {}, Parallelism(pipeline=2, microbatches=2), marks=pytest.mark.slow),
     # the model's own plan gathers Phi-3's fused layers' outputs and splits the next one's inputs (slow: four kinds
     # of plan entry, two of them checked without workers below)
-    pytest.param("phi3", Parallelism(tensor=2), marks=pytest.mark.slow),
+    pytest.param("phi3", {}, Parallelism(tensor=2), marks=pytest.mark.slow),
     # GPT-J: a vocabulary-split embedding (embedding_rowwise) and its heads counted by num_attention_heads
-    pytest.param("gptj", Parallelism(tensor=2), marks=pytest.mark.slow),
+    pytest.param("gptj", {}, Parallelism(tensor=2), marks=pytest.mark.slow),
     # a sequence-parallel embedding's gradient reaches ZeRO 1's shards laid out as its weight (four workers)
-    pytest.param("llama", Parallelism(tensor=2, data=2, zero=1, sequence_parallel=True), marks=pytest.mark.slow),
+    pytest.param("llama", {}, Parallelism(tensor=2, data=2, zero=1, sequence_parallel=True), marks=pytest.mark.slow),
     # a tied embedding on the first stage and output layer on the last, sequence parallel (four workers)
-    pytest.param("gemma", Parallelism(tensor=2, pipeline=2, microbatches=2, sequence_parallel=True),
+    pytest.param("gemma", {}, Parallelism(tensor=2, pipeline=2, microbatches=2, sequence_parallel=True),
                  marks=pytest.mark.slow),
 ])
-def test_a_parallel_adamw_step_of_another_decoder_is_the_whole_one(family, p):
-    model = decoder(family)
+def test_a_parallel_adamw_step_of_another_decoder_is_the_whole_one(family, extra, p):
+    model = decoder(family, **extra)
     run = assert_the_whole_step(model, batch(), p)
     if p.tensor > 1:
         assert max(run.held_bytes) < sum(q.numel() * q.element_size() for q in model.parameters())

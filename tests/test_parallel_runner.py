@@ -326,15 +326,15 @@ def test_gradients_averaged_in_buckets_come_back_to_their_own_tensors(monkeypatc
     itself, so averaging over ``ranks=2`` halves every element, across bucket edges and a change of dtype."""
     import torch.distributed as dist
 
-    from placement_env.runtime import parallel_runner
+    from placement_env.runtime import gradient_reduction
 
-    monkeypatch.setattr(parallel_runner, "BUCKET_BYTES", 64)
+    monkeypatch.setattr(gradient_reduction, "BUCKET_BYTES", 64)
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         grads = [torch.arange(n, dtype=dtype) + 1.0 for n, dtype in
                  ((3, torch.float32), (10, torch.float32), (20, torch.float32), (2, torch.float64), (5, torch.float32))]
         expected = [g / 2 for g in grads]
-        parallel_runner.average_gradients(grads, None, 2)
+        gradient_reduction.average_gradients(grads, None, 2)
     finally:
         dist.destroy_process_group()
     for got, want in zip(grads, expected, strict=True):

@@ -90,6 +90,7 @@ from .decoder_stages import (
     stage_layers,
 )
 from .fused_layers import conv1d_modules, linear_layers
+from .gradient_reduction import BUCKET_BYTES, average_gradients, local_grad, local_part
 from .local_workers import check_local_workers, heartbeat, run_on_local_workers
 from .losses import sum_of_outputs
 from .portable import portable
@@ -276,49 +277,6 @@ def _share(value: Any, index: int, parts: int, device: torch.device | None = Non
     return part if device is None else part.to(device)
 
 
-def _local(value: Any) -> Any:
-    return value.to_local() if isinstance(value, DTensor) else value
-
-
-BUCKET_BYTES = 25 * 2**20
-"""Bytes of gradients the data ranks average in one all-reduce (DDP's default bucket, ``bucket_cap_mb=25``)."""
-
-
-def average_gradients(grads: list[torch.Tensor], group: Any, ranks: int) -> None:
-    """Average ``grads`` in place over the ``ranks`` processes of ``group``: consecutive gradients of one dtype and
-    device packed into buckets of up to :data:`BUCKET_BYTES`, one all-reduce a bucket (a collective a tensor pays
-    its latency tens of times over on a model's many small norms and biases)."""
-    buckets: list[list[torch.Tensor]] = []
-    held = 0
-    for grad in grads:
-        size = grad.numel() * grad.element_size()
-        if not buckets or held + size > BUCKET_BYTES or (grad.dtype, grad.device) != (buckets[-1][0].dtype,
-                                                                                      buckets[-1][0].device):
-            buckets.append([])
-            held = 0
-        buckets[-1].append(grad)
-        held += size
-    for bucket in buckets:
-        flat = torch.cat([g.reshape(-1) for g in bucket])
-        dist.all_reduce(flat, group=group)
-        flat.div_(ranks)
-        offset = 0
-        for g in bucket:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
-
-
-def _local_grad(q: torch.Tensor) -> torch.Tensor:
-    """This rank's part of ``q``'s gradient, laid out as ``q`` is: a DTensor gradient that autograd left in another
-    layout (a sequence-parallel embedding's, pending a sum over the tensor ranks) is made ``q``'s first, in place of
-    the old, so that reductions and a sharded optimizer see each rank's shard of the whole gradient."""
-    grad = q.grad
-    if isinstance(grad, DTensor) and isinstance(q, DTensor) and tuple(grad.placements) != tuple(q.placements):
-        grad = grad.redistribute(q.device_mesh, q.placements)
-        q.grad = grad
-    return _local(grad)
-
-
 def run_rank(rank: int, world: int, job: _Job) -> dict:
     """Rank ``rank``'s part of :func:`run_parallel` in an initialised gloo group of ``world`` processes: pipeline
     rank ``s``, replica ``r`` and tensor rank ``rank mod t`` of the ``(pp, dp, tp)`` mesh, holding chunks ``s``,
@@ -365,7 +323,7 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
             accepted = inspect.signature(type(probe).__init__).parameters
             settings = {k: v for k, v in probe.defaults.items() if k in accepted}
             # plain parameters on each one's local shard (its storage): the sharded optimizer updates them in place
-            shadows = [torch.nn.Parameter(_local(q).detach()) for q in parameters]
+            shadows = [torch.nn.Parameter(local_part(q).detach()) for q in parameters]
             optimizer = ZeroRedundancyOptimizer(shadows, optimizer_class=type(probe),
                                                 process_group=mesh["dp"].get_group(), **settings)
         else:
@@ -419,16 +377,16 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
                 loss.backward()
                 total += float(loss.detach().float())
         for q in [q for module in summed for q in module.parameters() if q.grad is not None]:
-            dist.all_reduce(_local_grad(q), group=mesh["tp"].get_group())
+            dist.all_reduce(local_grad(q), group=mesh["tp"].get_group())
         if p.zero <= 1 and p.data > 1:  # plain replicas: their gradients averaged over the data ranks, in buckets
             average_gradients(  # as DDP does
-                [_local_grad(q) for q in parameters if q.grad is not None], mesh["dp"].get_group(), p.data)
+                [local_grad(q) for q in parameters if q.grad is not None], mesh["dp"].get_group(), p.data)
         for index, local_name, group in tied:  # a tied parameter's copies: their gradients summed over their ranks
             q = dict(modules[index].named_parameters())[local_name]
             if q.grad is not None:
-                dist.all_reduce(_local_grad(q), group=group)
+                dist.all_reduce(local_grad(q), group=group)
         for shadow, q in zip(shadows, parameters if shadows else [], strict=True):  # ZeRO 1's plain parameters
-            shadow.grad = _local_grad(q) if q.grad is not None else None
+            shadow.grad = local_grad(q) if q.grad is not None else None
         if optimizer is not None:
             optimizer.step()
             optimizer.zero_grad()
@@ -438,7 +396,7 @@ def run_rank(rank: int, world: int, job: _Job) -> dict:
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
         losses.append(total)
-    held = float(sum(_local(q).numel() * q.element_size() for q in {id(q): q for m_ in modules
+    held = float(sum(local_part(q).numel() * q.element_size() for q in {id(q): q for m_ in modules
                                                                       for q in m_.parameters()}.values()))
     whole = {}
     for module in modules:
