@@ -108,9 +108,10 @@ def sequence_plan(model: torch.nn.Module) -> dict[str, Any]:
             PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
                                desired_input_kwarg_layouts={"hidden_states": Replicate()}) if llama else
             PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)))
-        plan[f"{block}.mlp"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
-        if f"{block}.mlp.{mlp_out}" not in plan:  # an FFN the plan keeps whole (Mixtral's experts): whole sequence in,
-            plan[f"{block}.mlp"] = PrepareModuleInputOutput(  # each rank's shard of it out
+        if f"{block}.mlp.{mlp_out}" in plan:
+            plan[f"{block}.mlp"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        else:  # an FFN the plan keeps whole (Mixtral's experts): the whole sequence in, each rank's shard of it out
+            plan[f"{block}.mlp"] = PrepareModuleInputOutput(
                 input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_input=True,
                 output_layouts=(Replicate(),), desired_output_layouts=(Shard(1),), use_local_output=False)
         for name in (f"{block}.{attention}.{attention_out}", f"{block}.mlp.{mlp_out}"):
