@@ -82,3 +82,14 @@ def test_a_killed_worker_is_the_one_the_error_names():
 def test_a_worker_s_error_is_quoted_with_its_rank():
     with pytest.raises(RuntimeError, match="local worker 1 failed: ValueError: worker 1 refuses"):
         run_on_local_workers(2, worker_jobs.refuse, None)
+
+
+def test_workers_see_the_driver_s_environment_of_the_call_and_one_thread(monkeypatch):
+    """The fork server starts with the first run; a variable set after it is still what the next run's workers
+    read (they are forked from the server, which has its own, older environment)."""
+    run_on_local_workers(2, worker_jobs.environment_and_threads, "PLACEMENT_TEST_X")
+    monkeypatch.setenv("PLACEMENT_TEST_X", "set after the server started")
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    got = run_on_local_workers(2, worker_jobs.environment_and_threads, "PLACEMENT_TEST_X")
+    assert got == [("set after the server started", "1", 1)] * 2
+    assert os.environ["OMP_NUM_THREADS"] == "7"  # the driver's own is put back

@@ -1,4 +1,4 @@
-"""Jobs for tests/test_local_workers.py: module-level functions the spawned local workers import by name."""
+"""Jobs for tests/test_local_workers.py: module-level functions the local workers import by name."""
 
 from __future__ import annotations
 
@@ -61,3 +61,10 @@ class StopsTheDriver:
 
     def __reduce__(self) -> tuple:
         return _stop_the_driver, (self.folder, self.signum)
+
+
+def environment_and_threads(rank: int, world: int, name: str) -> tuple[str | None, str | None, int]:
+    """The worker's ``os.environ[name]``, its ``OMP_NUM_THREADS`` and torch's thread count."""
+    import torch
+
+    return os.environ.get(name), os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()

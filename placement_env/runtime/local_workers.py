@@ -1,12 +1,16 @@
 """Local devices as worker processes: :func:`run_on_local_workers`.
 
-Each of ``num_workers`` processes (``multiprocessing`` *spawn*, so nothing of the parent's threads or torch state
-is inherited) runs with one CPU thread (``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)``) and joins a
+Each of ``num_workers`` processes (``multiprocessing`` *forkserver* where the platform has it, *spawn*
+elsewhere: nothing of the driver's threads or torch state is inherited) runs with one CPU thread
+(``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)``) and the driver's environment as it is at the call, and joins a
 ``torch.distributed`` process group over the *gloo* backend on the loopback interface; a tensor that crosses
 devices is really sent between processes (``isend`` / ``recv``, through gloo's TCP transport). Gloo is chosen
 over shared memory because it is what a CPU ``torch.distributed`` program uses, and it needs no code of ours to
-be correct. The workers are what :func:`~placement_env.runtime.measured_step.measure_step` runs a placement on
-and what :func:`~placement_env.runtime.local_cluster.local_cluster` measures.
+be correct. The fork server is started once per driver process, with torch and the first job's module imported
+(:func:`worker_context`), so a worker starts without importing torch again (seconds a worker; a model library
+such as transformers as many again: docs/runtime.md measures it). The workers are what
+:func:`~placement_env.runtime.measured_step.measure_step` runs a placement on and what
+:func:`~placement_env.runtime.local_cluster.local_cluster` measures.
 """
 
 from __future__ import annotations
@@ -75,9 +79,11 @@ def free_port() -> int:
 
 
 def _entry(rank: int, world: int, port: int, job: Callable[..., Any], payload: Any, results: Any,
-           parent: int, backend: str) -> None:
+           backend: str, environ: dict[str, str]) -> None:
     global _beats, _rank
-    exit_with_parent(parent)  # no worker outlives its driver, even one killed by SIGKILL
+    exit_with_parent()  # no worker outlives its driver, even one killed by SIGKILL
+    os.environ.clear()  # the driver's environment now (a fork server's children would have the server's)
+    os.environ.update(environ)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to answer: it ends the workers
     _unblock_stops()  # blocked since the driver started this worker: a Ctrl-C meanwhile is dropped, SIGTERM ends it
     _beats, _rank = results, rank
@@ -98,8 +104,9 @@ def _entry(rank: int, world: int, port: int, job: Callable[..., Any], payload: A
 
 
 def check_main_guard() -> None:
-    """``ValueError`` when this call comes from the top level of the ``__main__`` script (or ``-m`` module): spawned
-    workers import it again, so they would start workers of their own and die; the message says what to add."""
+    """``ValueError`` when this call comes from the top level of the ``__main__`` script (or ``-m`` module): the
+    workers (or their fork server) import it again, so they would start workers of their own and die; the message
+    says what to add."""
     main = sys.modules.get("__main__")
     if main is None or not (getattr(main, "__file__", None) or getattr(main, "__spec__", None)):
         return  # python -c, an interactive session, a notebook: nothing the workers would import again
@@ -168,6 +175,21 @@ def check_local_workers(num_workers: int) -> None:
                       "include each other's work", RuntimeWarning, stacklevel=3)
 
 
+PRELOAD = ("__main__", "torch", "torch.distributed")
+"""What the fork server imports once, before the first job's own module (:func:`worker_context`)."""
+
+
+def worker_context(job: Callable[..., Any]) -> Any:
+    """The ``multiprocessing`` context the workers start in: *forkserver* where the platform has it (its server,
+    started by the first run of this process, imports :data:`PRELOAD` and ``job``'s module once, with the
+    environment and signal mask of that moment), else *spawn*."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([*PRELOAD, job.__module__])  # read only when the server starts
+    return ctx
+
+
 def run_on_local_workers(num_workers: int, job: Callable[[int, int, Any], Any], payload: Any,
                          backend: str = "gloo") -> list[Any]:
     """``[job(rank, num_workers, payload) for rank in range(num_workers)]``, each call in its own worker process
@@ -178,7 +200,8 @@ def run_on_local_workers(num_workers: int, job: Callable[[int, int, Any], Any], 
     worker starts with them blocked, and drops a Ctrl-C that came before its job began): a stop then ends every
     worker, and none prints a traceback of its start-up.
 
-    ``job`` must be a module-level function and ``payload`` picklable (spawned processes import them).
+    ``job`` must be a module-level function and ``payload`` picklable (the workers import the one and unpickle
+    the other).
 
     A job says it is alive with :func:`heartbeat`; the run has no bound on its length, only on a worker's silence
     (:func:`silence_bound`).
@@ -189,20 +212,22 @@ def run_on_local_workers(num_workers: int, job: Callable[[int, int, Any], Any], 
     """
     silence = silence_bound()
     check_main_guard()
-    ctx = mp.get_context("spawn")
+    ctx = worker_context(job)
     results = ctx.Queue()
     port = free_port()
     saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"  # the spawned interpreters read it when torch loads
+    os.environ["OMP_NUM_THREADS"] = "1"  # the fork server's (or a spawned) interpreter reads it when torch loads
+    environ = dict(os.environ)
     procs: list[Any] = []
     out: dict[int, Any] = {}
     finished = False
     try:
-        mask = _block_stops()  # the workers inherit it: a Ctrl-C to the terminal's group cannot hit their start-up
+        mask = _block_stops()  # the workers (and a fork server started now) inherit it: a Ctrl-C to the terminal's
+        # group cannot hit their start-up
         try:
             for rank in range(num_workers):
-                procs.append(ctx.Process(target=_entry, args=(rank, num_workers, port, job, payload, results,
-                                                              os.getpid(), backend), daemon=True))
+                procs.append(ctx.Process(target=_entry, daemon=True, args=(
+                    rank, num_workers, port, job, payload, results, backend, environ)))
                 procs[-1].start()
         finally:
             if saved is None:

@@ -102,7 +102,7 @@ class PipelineRun:
 class _Job:
     """What every stage process runs (pickled to local workers)."""
 
-    model: bytes  # torch.save of the model: each process its own copy (a tensor pickled to a spawned process
+    model: bytes  # torch.save of the model: each process its own copy (a tensor pickled to a worker process
     #               shares its memory with the driver's, and the stages' updates would reach the caller's model)
     args: tuple
     kwargs: dict[str, Any]
