@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -128,8 +130,28 @@ class Terminated(KeyboardInterrupt):
 INTERRUPTED_STATUS, TERMINATED_STATUS = 130, 143  # 128 + SIGINT, 128 + SIGTERM, as shells report them
 
 
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
-    raise Terminated
+RESEND_S = 0.05
+"""How long after a stop that came inside a finalizer it is sent again (:func:`_raise_stop`)."""
+
+
+def _in_finalizer(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a ``__del__`` (up its stack)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM raised as :class:`Terminated`, SIGINT as ``KeyboardInterrupt``; but where the signal came inside a
+    finalizer (a ``__del__``: numba's compiler frees its buffers in them), where Python would print the exception
+    as ignored and lose it, the signal is sent again :data:`RESEND_S` later, to be raised where it stops the
+    command."""
+    if _in_finalizer(frame):
+        threading.Timer(RESEND_S, os.kill, (os.getpid(), signum)).start()
+        return
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 @contextmanager
@@ -149,9 +171,13 @@ def _signal_handlers(handlers: dict[signal.Signals, Callable[[int, FrameType | N
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """While active (in the main thread), SIGTERM raises :class:`Terminated`; the former handler comes back
-    after. Elsewhere (not the main thread) it does nothing."""
-    with _signal_handlers({signal.SIGTERM: _raise_terminated}):
+    """While active (in the main thread), SIGTERM raises :class:`Terminated`, and a Ctrl-C whose handler is
+    Python's default raises ``KeyboardInterrupt`` as before, neither lost inside a finalizer (:func:`_raise_stop`);
+    the former handlers come back after. Elsewhere (not the main thread) it does nothing."""
+    handlers: dict[signal.Signals, Callable[[int, FrameType | None], None]] = {signal.SIGTERM: _raise_stop}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored Ctrl-C stays ignored
+        handlers[signal.SIGINT] = _raise_stop
+    with _signal_handlers(handlers):
         yield
 
 

@@ -213,3 +213,35 @@ def test_files_are_replaced_whole_or_not_at_all(tmp_path):
     assert json.loads(target.read_text()) == [0, 1] and sorted(p.name for p in tmp_path.iterdir()) == ["placement.json"]
     write_json_file([1, 0], tmp_path / "p.json.gz")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json.gz", "placement.json"]
+
+
+STOP_IN_A_FINALIZER = """import os, signal, time
+from placement_env.cli import Terminated, sigterm_as_interrupt
+
+class Finalized:
+    def __del__(self):  # the stop arrives here, as one did inside numba's compiler freeing a buffer
+        os.kill(os.getpid(), signal.{name})
+        for _ in range(10000):  # bytecodes: Python runs the handler before this __del__ ends
+            pass
+
+try:
+    with sigterm_as_interrupt():
+        Finalized()  # dropped at once
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+    print("not stopped")
+except KeyboardInterrupt as stop:
+    print("stopped:", type(stop).__name__)
+"""
+
+
+@pytest.mark.parametrize("name, raised", [("SIGTERM", "Terminated"), ("SIGINT", "KeyboardInterrupt")])
+def test_a_stop_that_comes_inside_a_finalizer_still_stops_the_command_and_prints_no_traceback(name, raised):
+    import signal
+
+    done = subprocess.run([sys.executable, "-c", STOP_IN_A_FINALIZER.replace("{name}", name)], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal gives it
+    assert done.stdout.strip() == f"stopped: {raised}", done.stderr
+    assert done.stderr == ""

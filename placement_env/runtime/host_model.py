@@ -23,7 +23,7 @@ section prices their step once those figures are this machine's, measured rather
   which this does not credit).
 
 What this leaves out is measured, not assumed: the per-call cost of each op's dispatch (Python, autograd, the
-DTensor and FSDP hooks) has no term in section 3c, and ``benchmarks/parallel_fidelity.py`` reports how far the
+DTensor and FSDP hooks) has no term in section 3c, and ``benchmarks/gpu_check.py --host`` reports how far the
 model misses because of it (``docs/simulator.md``, the 3D plans on local workers).
 """
 
