@@ -223,7 +223,8 @@ def simulate_scale(shape: TransformerShape, parallelism: Parallelism, cluster: G
         tp_one = collective_seconds("all-reduce", activation, t, g_t, cluster)
     one = layer_pass(shape, p, b, gpu, tp_one, flash_attention)
     layer = one.total
-    layers = np.array([len(c) for c in np.array_split(np.arange(shape.layers), p.chunks)], dtype=float)
+    layers = np.full(p.chunks, float(shape.layers // p.chunks))  # as np.array_split cuts: the first chunks
+    layers[:shape.layers % p.chunks] += 1.0  # one layer more
     per_rank_layers = np.bincount(np.arange(p.chunks) % s_, weights=layers, minlength=s_)
     rank_seconds = per_rank_layers * layer
     tp_per_rank = per_rank_layers * one.collectives * (3 if p.recompute == "full" else 2)
