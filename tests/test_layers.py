@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("placement_env", "baselines", "graph_encoders", "agents")
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("placement_env.checks", "placement_env.json_files", "placement_env.lazy_names", "placement_env.child_processes",
-     "placement_env.parallelism", "placement_env.deprecation", "placement_env.numba_cache"),
+     "placement_env.stops", "placement_env.parallelism", "placement_env.deprecation", "placement_env.numba_cache"),
     ("placement_env.cluster",),
     ("placement_env.graph",),
     ("placement_env.sim",),

@@ -74,6 +74,55 @@ def test_a_stop_while_the_workers_start_ends_in_one_line_and_no_worker_outlives_
     assert not any(map(running, started))
 
 
+ANOTHER_THREAD_DRIVER = """import sys, threading, time
+from placement_env.cli import run_cli
+from placement_env.runtime.local_workers import run_on_local_workers
+from tests.worker_jobs import InterruptsAnotherThread, wait_forever
+
+if __name__ == "__main__":
+    other = threading.Thread(target=time.sleep, args=(600,), daemon=True)  # started before any stop is blocked
+    other.start()
+    sys.exit(run_cli(lambda: run_on_local_workers(3, wait_forever, InterruptsAnotherThread(sys.argv[1], other.ident))))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_ctrl_c_that_reaches_another_thread_of_the_driver_waits_until_every_worker_is_known(tmp_path):
+    """The driver blocks Ctrl-C in its own thread while the workers start, but the kernel hands a signal to any
+    thread that does not block it (numpy's), and Python then raises it in the main thread wherever it is: here
+    while the first worker starts. It waits, as it does when it reaches the main thread: every worker is started,
+    then all are ended, with one line and status 130."""
+    script = tmp_path / "driver.py"
+    script.write_text(ANOTHER_THREAD_DRIVER)
+    driver = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        _, stderr = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+    assert (driver.returncode, stderr) == (130, "interrupted\n")
+    assert len(list(tmp_path.glob("pickled-*"))) == 3  # the stop waited until every worker was started
+    deadline = time.monotonic() + 5  # every process it started (its workers, their server) is gone
+    while _in_group(driver.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _in_group(driver.pid)
+
+
+def _in_group(group: int) -> list[int]:
+    """The PIDs of the living processes of process group ``group`` (read from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and int(fields[2]) == group and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
 def test_a_killed_worker_is_the_one_the_error_names():
     with pytest.raises(RuntimeError, match=r"^local worker 2 died \(killed by signal 9\)$"):
         run_on_local_workers(3, worker_jobs.last_worker_dies, None)

@@ -68,3 +68,25 @@ def environment_and_threads(rank: int, world: int, name: str) -> tuple[str | Non
     import torch
 
     return os.environ.get(name), os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
+
+
+def _record_start(folder: str) -> str:
+    """Run in a starting worker as its payload is unpickled: record this worker's PID. Returns ``folder``."""
+    Path(folder, f"started-{os.getpid()}").write_text("")
+    return folder
+
+
+class InterruptsAnotherThread:
+    """A payload whose pickling, in the driver as it starts the first worker, hands Ctrl-C to another thread of the
+    driver (``thread``), as the kernel does with a signal to the process when that thread (numpy's) does not
+    block it."""
+
+    def __init__(self, folder: str, thread: int) -> None:
+        self.folder, self.thread, self.sent = folder, thread, 0
+
+    def __reduce__(self) -> tuple:
+        self.sent += 1
+        Path(self.folder, f"pickled-{self.sent}").write_text("")  # a worker the driver went on to start
+        if self.sent == 1:
+            signal.pthread_kill(self.thread, signal.SIGINT)
+        return _record_start, (self.folder,)

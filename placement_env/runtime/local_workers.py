@@ -32,6 +32,7 @@ from typing import Any
 
 from placement_env.checks import first_line
 from placement_env.child_processes import exit_with_parent
+from placement_env.stops import ignore_interrupts
 
 WORKER_SILENCE_S = 600.0
 """A worker silent this long (no :func:`heartbeat`, no result) is taken as stalled: every worker is killed and the
@@ -222,19 +223,23 @@ def run_on_local_workers(num_workers: int, job: Callable[[int, int, Any], Any], 
     out: dict[int, Any] = {}
     finished = False
     try:
-        mask = _block_stops()  # the workers (and a fork server started now) inherit it: a Ctrl-C to the terminal's
-        # group cannot hit their start-up
-        try:
-            for rank in range(num_workers):
-                procs.append(ctx.Process(target=_entry, daemon=True, args=(
-                    rank, num_workers, port, job, payload, results, backend, environ)))
-                procs[-1].start()
-        finally:
-            if saved is None:
-                os.environ.pop("OMP_NUM_THREADS", None)
-            else:
-                os.environ["OMP_NUM_THREADS"] = saved
-            _unblock_stops(mask)  # a Ctrl-C or SIGTERM that came meanwhile is raised here: every worker is known
+        # a stop while the workers start waits until every one is known (and raised then): blocked in this thread,
+        # which the workers (and a fork server started now) inherit, so that a Ctrl-C to the terminal's group
+        # cannot hit their start-up; and held by Python's handlers when the kernel hands it to another thread of
+        # the driver (numpy's, torch's), whose handler would otherwise raise it here mid-start
+        with ignore_interrupts():
+            mask = _block_stops()
+            try:
+                for rank in range(num_workers):
+                    procs.append(ctx.Process(target=_entry, daemon=True, args=(
+                        rank, num_workers, port, job, payload, results, backend, environ)))
+                    procs[-1].start()
+            finally:
+                if saved is None:
+                    os.environ.pop("OMP_NUM_THREADS", None)
+                else:
+                    os.environ["OMP_NUM_THREADS"] = saved
+                _unblock_stops(mask)  # a stop that came meanwhile is delivered here, and held to the block's end
         heard = {rank: (time.monotonic(), "starting") for rank in range(num_workers)}
         startup = max(silence, STARTUP_S)
         while len(out) < num_workers:
