@@ -17,8 +17,6 @@ class Terminated(KeyboardInterrupt):
     on Ctrl-C (its workers stopped, whole files only), and exits with status 143 (:mod:`placement_env.cli`)."""
 
 
-
-
 RESEND_S = 0.05
 """How long after a stop that came inside a finalizer it is sent again (:func:`_raise_stop`)."""
 
